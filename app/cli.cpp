@@ -1,0 +1,126 @@
+#include "cli.h"
+
+#include <CLI/CLI.hpp>
+#include <exception>
+
+#include "core/errors.h"
+#include "core/suggest.h"
+#include "core/text.h"
+#include "engine/info.h"
+
+namespace batchcheck {
+
+namespace {
+
+const std::vector<std::string> kCommands = {"scan", "suggest"};
+
+uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t min_value) {
+  auto v = parse_u64(text);
+  if (!v) {
+    bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) throw InputError("", flag, text + " is larger than 18446744073709551615 (2^64-1)");
+    throw InputError("", flag, "expected " + std::string(min_value ? "a positive" : "a non-negative") +
+                                   " integer, got \"" + text + "\"");
+  }
+  if (*v < min_value) throw InputError("", flag, "expected a positive integer, got " + text);
+  return *v;
+}
+
+struct SuggestArgs {
+  std::string samples, batch_size, world_size = "1", accumulation = "1", min_tail = "2";
+  bool drop_last = false, sampler_drop_last = false, json = false;
+};
+
+int run_suggest(const SuggestArgs& a, std::ostream& out) {
+  SuggestRequest r;
+  r.samples = parse_count("--samples", a.samples, 0);
+  r.batch_size = parse_count("--batch-size", a.batch_size, 1);
+  r.world_size = parse_count("--world-size", a.world_size, 1);
+  r.accumulation_steps = parse_count("--accumulation", a.accumulation, 1);
+  r.min_tail = parse_count("--min-tail", a.min_tail, 0);
+  r.drop_last = a.drop_last;
+  r.sampler_drop_last = a.sampler_drop_last;
+  Suggestion s = suggest(r);
+  if (a.json) {
+    out << to_json(s).dump(2) << "\n";
+  } else {
+    out << format_table(s);
+  }
+  return 0;
+}
+
+// "unknown command "scna"; did you mean "scan"?" before CLI11's generic message.
+void check_command(const std::vector<std::string>& args) {
+  if (args.empty() || args[0].empty() || args[0][0] == '-') return;
+  for (const auto& c : kCommands) {
+    if (args[0] == c) return;
+  }
+  std::string hint = did_you_mean(args[0], kCommands);
+  if (hint.empty()) hint = " (commands: " + join(kCommands) + ")";
+  throw InputError("", "", "unknown command \"" + args[0] + "\"" + hint);
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "batchcheck: catches the batch-shape and value-range errors that crash PyTorch training runs,\n"
+      "before the run starts. It replays every batch exactly as DataLoader/DistributedSampler would\n"
+      "deliver it through your TorchScript model and checks it against what the loss requires.",
+      "batchcheck"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", "batchcheck " + std::string(BATCHCHECK_VERSION) + " (LibTorch " +
+                                        libtorch_version() + ")");
+  app.footer(
+      "Exit codes: 0 pass, 1 fail (findings at or above --fail-on), 2 unusable input, 3 internal error.\n"
+      "Run 'batchcheck COMMAND --help' for the options of a command.");
+
+  SuggestArgs sa;
+  CLI::App* suggest_cmd = app.add_subcommand(
+      "suggest", "Print the batch geometry of a loader setup and the batch sizes that avoid a tiny last batch.\n"
+                 "Needs no model or data.");
+  suggest_cmd->add_option("--samples", sa.samples, "dataset size N (0 .. 2^64-1)")->required();
+  suggest_cmd->add_option("--batch-size", sa.batch_size, "requested batch size B")->required();
+  suggest_cmd->add_option("--world-size", sa.world_size, "DistributedSampler num_replicas (default 1)");
+  suggest_cmd->add_flag("--drop-last", sa.drop_last, "DataLoader(drop_last=True)");
+  suggest_cmd->add_flag("--sampler-drop-last", sa.sampler_drop_last, "DistributedSampler(drop_last=True)");
+  suggest_cmd->add_option("--accumulation", sa.accumulation, "gradient accumulation steps K (default 1)");
+  suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)");
+  suggest_cmd->add_flag("--json", sa.json, "print one JSON object instead of a table");
+
+  try {
+    check_command(args);
+    std::vector<const char*> argv{"batchcheck"};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    try {
+      app.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const CLI::CallForHelp&) {
+      out << app.help();  // the selected subcommand's help, when there is one
+      return 0;
+    } catch (const CLI::CallForAllHelp&) {
+      out << app.help("", CLI::AppFormatMode::All);
+      return 0;
+    } catch (const CLI::CallForVersion&) {
+      out << app.version() << "\n";
+      return 0;
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) {
+        out << app.help();
+        return 0;
+      }
+      err << "batchcheck: error: " << single_line(e.what()) << " (see 'batchcheck --help')\n";
+      return 2;
+    }
+    if (suggest_cmd->parsed()) return run_suggest(sa, out);
+    out << app.help();
+    return 0;
+  } catch (const InputError& e) {
+    err << format_error(e) << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "batchcheck: internal error: " << single_line(e.what()) << " (this is a bug in batchcheck; please report it)\n";
+    return 3;
+  }
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,234 @@
+#include "core/config.h"
+
+#include <filesystem>
+
+#include "core/errors.h"
+#include "core/json_input.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct LossName {
+  const char* name;
+  LossType type;
+};
+constexpr LossName kLossNames[] = {
+    {"bce", LossType::Bce},     {"bce_with_logits", LossType::BceWithLogits},
+    {"cross_entropy", LossType::CrossEntropy}, {"nll", LossType::Nll},
+    {"mse", LossType::Mse},     {"l1", LossType::L1},
+    {"smooth_l1", LossType::SmoothL1},         {"none", LossType::None},
+};
+
+std::string resolve(const std::string& base_dir, const std::string& p) {
+  fs::path path(p);
+  if (path.is_absolute() || base_dir.empty()) return path.lexically_normal().string();
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) {
+  auto values = obj.number_list(key);
+  if (!values) return std::nullopt;
+  if (values->size() != 2) {
+    obj.fail(key, "expected [low, high], got an array of " + std::to_string(values->size()) + " numbers");
+  }
+  Range r{(*values)[0], (*values)[1]};
+  if (r.lo > r.hi) {
+    obj.fail(key, "low bound " + format_number(r.lo) + " is greater than high bound " + format_number(r.hi));
+  }
+  return r;
+}
+
+void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
+  m.reject_unknown({"path", "mode", "output"});
+  out.path = resolve(base, m.required_string("path"));
+  if (auto mode = m.choice("mode", {"train", "eval"})) out.mode = *mode == "train" ? Mode::Train : Mode::Eval;
+  if (const json* o = m.find("output")) {
+    if (o->is_string()) {
+      out.output = o->get<std::string>();
+    } else if (o->is_number_integer()) {
+      out.output = o->get<int64_t>();
+    } else {
+      m.fail("output", "expected an integer index or a string key, got " + describe_json(*o));
+    }
+  }
+}
+
+void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
+  d.reject_unknown({"format", "inputs", "targets", "path"});
+  auto format = d.choice("format", {"npy", "pt"});
+  auto path = d.string("path");
+  auto inputs = d.string("inputs");
+  if (!format) {
+    // Inferred from the file extension, as SPEC.md promises.
+    if (path && (ends_with(*path, ".pt") || ends_with(*path, ".pth"))) {
+      format = "pt";
+    } else if (inputs && ends_with(*inputs, ".npy")) {
+      format = "npy";
+    } else if (path || inputs) {
+      d.fail("format", "cannot infer the format from the file extension; set \"format\" to \"npy\" or \"pt\"");
+    } else {
+      d.fail("inputs", "missing required key");
+    }
+  }
+  out.format = *format == "npy" ? DataFormat::Npy : DataFormat::Pt;
+  if (out.format == DataFormat::Npy) {
+    if (path) d.fail("path", "not used with format \"npy\"; name the files in \"inputs\" and \"targets\"");
+    out.inputs_display = d.required_string("inputs");
+    out.inputs = resolve(base, out.inputs_display);
+    auto targets = d.string("targets");
+    out.has_targets = targets.has_value();
+    if (targets) {
+      if (targets->empty()) d.fail("targets", "expected a non-empty string");
+      out.targets_display = *targets;
+      out.targets = resolve(base, *targets);
+    }
+  } else {
+    out.path_display = d.required_string("path");
+    out.path = resolve(base, out.path_display);
+    out.inputs = inputs.value_or("inputs");
+    // An explicit key must exist in the file; the default one may be absent (no targets).
+    out.has_targets = true;
+    out.targets = d.string("targets").value_or("targets");
+    out.targets_explicit = d.has("targets");
+  }
+}
+
+void parse_loader(const JsonObject& l, LoaderConfig& out) {
+  l.reject_unknown({"batch_size", "drop_last", "shuffle", "seed", "epoch", "world_size", "sampler_drop_last",
+                    "accumulation_steps"});
+  out.batch_size = l.required_uint("batch_size", 1);
+  out.drop_last = l.boolean("drop_last").value_or(false);
+  out.shuffle = l.boolean("shuffle").value_or(false);
+  out.seed_given = l.has("seed");
+  out.seed = l.uint("seed").value_or(0);
+  out.epoch = l.uint("epoch").value_or(0);
+  out.world_size = l.uint("world_size", 1).value_or(1);
+  out.sampler_drop_last = l.boolean("sampler_drop_last").value_or(false);
+  out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
+}
+
+void parse_loss(const JsonObject& l, LossConfig& out) {
+  l.reject_unknown({"type", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta"});
+  auto type = l.choice("type", loss_type_names());
+  if (!type) l.fail("type", "missing required key");
+  out.type = *parse_loss_type(*type);
+  if (auto ii = l.integer("ignore_index")) out.ignore_index = *ii;
+  if (auto r = l.choice("reduction", {"mean", "sum", "none"})) {
+    out.reduction = *r == "mean" ? Reduction::Mean : *r == "sum" ? Reduction::Sum : Reduction::None;
+  }
+  if (auto w = l.number_list("weight")) out.weight = *w;
+  if (const json* pw = l.find("pos_weight")) {
+    if (pw->is_number()) {
+      out.pos_weight = {pw->get<double>()};
+    } else {
+      out.pos_weight = *l.number_list("pos_weight");
+    }
+    if (out.type != LossType::BceWithLogits) l.fail("pos_weight", "only used with type \"bce_with_logits\"");
+  }
+  if (auto ls = l.number("label_smoothing")) {
+    if (*ls < 0 || *ls > 1) l.fail("label_smoothing", "expected a number in [0, 1], got " + format_number(*ls));
+    out.label_smoothing = *ls;
+  }
+  if (auto b = l.number("beta")) {
+    if (*b < 0) l.fail("beta", "expected a non-negative number, got " + format_number(*b));
+    out.beta = *b;
+  }
+}
+
+void parse_checks(const JsonObject& c, ChecksConfig& out) {
+  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches"});
+  out.output_range = parse_range(c, "output_range");
+  out.target_range = parse_range(c, "target_range");
+  if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
+  out.max_batches = c.uint("max_batches").value_or(0);
+}
+
+}  // namespace
+
+const char* to_string(Mode m) { return m == Mode::Train ? "train" : "eval"; }
+
+const char* to_string(LossType t) {
+  for (const auto& n : kLossNames) {
+    if (n.type == t) return n.name;
+  }
+  return "none";
+}
+
+const char* to_string(Reduction r) {
+  switch (r) {
+    case Reduction::Mean: return "mean";
+    case Reduction::Sum: return "sum";
+    case Reduction::None: return "none";
+  }
+  return "mean";
+}
+
+const char* to_string(DataFormat f) { return f == DataFormat::Npy ? "npy" : "pt"; }
+
+std::optional<LossType> parse_loss_type(const std::string& s) {
+  for (const auto& n : kLossNames) {
+    if (s == n.name) return n.type;
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& loss_type_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& n : kLossNames) v.emplace_back(n.name);
+    return v;
+  }();
+  return names;
+}
+
+bool valid_device(const std::string& device) {
+  if (device == "cpu" || device == "cuda" || device == "auto") return true;
+  if (device.rfind("cuda:", 0) == 0) {
+    auto n = parse_u64(device.substr(5));
+    return n && *n < 1024;
+  }
+  return false;
+}
+
+namespace {
+Config config_from_json(const std::string& display_path, const json& root, const std::string& base_dir) {
+  JsonObject top(display_path, "", root);
+  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync"});
+
+  Config cfg;
+  cfg.file = display_path;
+  parse_model(top.object("model"), base_dir, cfg.model);
+  parse_data(top.object("data"), base_dir, cfg.data);
+  parse_loader(top.object("loader"), cfg.loader);
+  if (auto loss = top.optional_object("loss")) parse_loss(*loss, cfg.loss);
+  if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks);
+  if (auto device = top.string("device")) {
+    if (!valid_device(*device)) {
+      top.fail("device", "unknown device \"" + *device + "\" (expected cpu, cuda, cuda:N or auto)");
+    }
+    cfg.device = *device;
+  }
+  cfg.sync = top.boolean("sync").value_or(true);
+  return cfg;
+}
+}  // namespace
+
+Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir) {
+  return config_from_json(display_path, parse_json_text(display_path, text), base_dir);
+}
+
+Config load_config(const std::string& path) {
+  // read_json_file reports unreadable files, directories and syntax errors.
+  return config_from_json(path, read_json_file(path, path), fs::path(path).parent_path().string());
+}
+
+}  // namespace batchcheck

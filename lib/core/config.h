@@ -1,0 +1,91 @@
+#pragma once
+// The scan configuration of SPEC.md as a typed, validated struct.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace batchcheck {
+
+enum class Mode { Train, Eval };
+enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
+enum class Reduction { Mean, Sum, None };
+enum class DataFormat { Npy, Pt };
+
+const char* to_string(Mode m);
+const char* to_string(LossType t);
+const char* to_string(Reduction r);
+const char* to_string(DataFormat f);
+std::optional<LossType> parse_loss_type(const std::string& s);
+const std::vector<std::string>& loss_type_names();
+
+struct Range {
+  double lo = 0, hi = 0;
+};
+
+struct ModelConfig {
+  std::string path;  // resolved against the config file's folder
+  Mode mode = Mode::Train;
+  // Which element of a tuple/list (index) or dict (key) is the prediction.
+  std::optional<std::variant<int64_t, std::string>> output;
+};
+
+struct DataConfig {
+  DataFormat format = DataFormat::Npy;
+  // npy: the two files (resolved). pt: `path` is the file, inputs/targets are keys.
+  std::string inputs, targets, path;
+  bool has_targets = true;
+  bool targets_explicit = false;  // pt: the key was named, so it must exist
+  // The paths as the user wrote them, for messages.
+  std::string inputs_display, targets_display, path_display;
+};
+
+struct LoaderConfig {
+  uint64_t batch_size = 1;
+  bool drop_last = false;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool seed_given = false;  // without a seed, PyTorch's shuffle order is not reproducible
+  uint64_t epoch = 0;
+  uint64_t world_size = 1;
+  bool sampler_drop_last = false;
+  uint64_t accumulation_steps = 1;
+};
+
+struct LossConfig {
+  LossType type = LossType::None;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+  std::vector<double> weight;      // per-class weights (cross_entropy, nll) or elementwise (bce)
+  std::vector<double> pos_weight;  // bce_with_logits; one value broadcasts
+  double label_smoothing = 0.0;    // cross_entropy
+  double beta = 1.0;               // smooth_l1
+};
+
+struct ChecksConfig {
+  std::optional<Range> output_range, target_range;
+  std::vector<uint64_t> probe_batch_sizes{1};
+  uint64_t max_batches = 0;  // 0 = all
+};
+
+struct Config {
+  std::string file;  // as the user named it
+  ModelConfig model;
+  DataConfig data;
+  LoaderConfig loader;
+  LossConfig loss;
+  ChecksConfig checks;
+  std::string device = "cpu";
+  bool sync = true;
+};
+
+// Throws InputError naming the file, the key path and what is wrong.
+Config load_config(const std::string& path);
+// For tests and tools: parse from text; relative paths resolve against base_dir.
+Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir);
+
+// "cpu", "cuda", "cuda:N", "auto"; false for anything else.
+bool valid_device(const std::string& device);
+
+}  // namespace batchcheck

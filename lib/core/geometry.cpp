@@ -1,0 +1,117 @@
+#include "core/geometry.h"
+
+#include <limits>
+
+#include "core/int128.h"
+#include "core/errors.h"
+
+namespace batchcheck {
+
+namespace {
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+}  // namespace
+
+LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples) {
+  LoaderSpec s;
+  s.samples = samples;
+  s.batch_size = loader.batch_size;
+  s.drop_last = loader.drop_last;
+  s.shuffle = loader.shuffle;
+  s.seed = loader.seed;
+  s.epoch = loader.epoch;
+  s.world_size = loader.world_size;
+  s.sampler_drop_last = loader.sampler_drop_last;
+  s.accumulation_steps = loader.accumulation_steps;
+  return s;
+}
+
+Geometry compute_geometry(const LoaderSpec& spec) {
+  if (spec.batch_size == 0 || spec.world_size == 0 || spec.accumulation_steps == 0) {
+    throw InternalError("compute_geometry: batch_size, world_size and accumulation_steps must be >= 1");
+  }
+  Geometry g;
+  g.spec = spec;
+  const uint64_t n = spec.samples, w = spec.world_size, b = spec.batch_size;
+  if (w == 1) {
+    g.samples_per_rank = n;
+  } else if (spec.sampler_drop_last && n % w != 0) {
+    // PyTorch: math.ceil((N - W) / W), which is 0 when N < W. Exact integer
+    // arithmetic equals PyTorch's float division for every N below 2^53.
+    g.samples_per_rank = n < w ? 0 : ceil_div(n - w, w);
+    g.sampler_dropped = n - g.samples_per_rank * w;
+  } else {
+    g.samples_per_rank = ceil_div(n, w);
+    // total_size - N, without forming total_size (it may not fit in 64 bits).
+    g.padded_samples = n % w == 0 ? 0 : w - n % w;
+  }
+  const uint64_t per_rank = g.samples_per_rank;
+  g.full_batches = per_rank / b;
+  const uint64_t tail = per_rank % b;
+  if (spec.drop_last) {
+    g.batches_per_rank = g.full_batches;
+    g.loader_dropped_per_rank = tail;
+    g.last_batch_size = g.batches_per_rank ? b : 0;
+  } else {
+    g.batches_per_rank = g.full_batches + (tail != 0);
+    g.last_batch_size = tail != 0 ? tail : (g.batches_per_rank ? b : 0);
+  }
+  const uint64_t k = spec.accumulation_steps;
+  g.windows = ceil_div(g.batches_per_rank, k);
+  g.last_window_batches = g.batches_per_rank == 0 ? 0 : (g.batches_per_rank % k == 0 ? k : g.batches_per_rank % k);
+  return g;
+}
+
+uint64_t Geometry::dropped_total() const {
+  uint64_t loader = saturating_mul(loader_dropped_per_rank, spec.world_size);
+  return loader > kMax - sampler_dropped ? kMax : loader + sampler_dropped;
+}
+
+uint64_t Geometry::batch_size_at(uint64_t batch_index) const {
+  if (batch_index >= batches_per_rank) return 0;
+  return batch_index + 1 == batches_per_rank ? last_batch_size : spec.batch_size;
+}
+
+BatchPlan::BatchPlan(Geometry geometry, std::vector<int64_t> order)
+    : geometry_(std::move(geometry)), order_(std::move(order)) {
+  if (!order_.empty() && order_.size() != geometry_.spec.samples) {
+    throw InternalError("BatchPlan: the permutation does not cover the dataset");
+  }
+}
+
+int64_t BatchPlan::order_at(uint64_t i) const {
+  // DistributedSampler pads with the list's own first entries, tiled: entry i of the
+  // padded list is entry i mod N of the original.
+  const uint64_t n = geometry_.spec.samples;
+  const uint64_t j = i % n;
+  return order_.empty() ? static_cast<int64_t>(j) : order_[j];
+}
+
+int64_t BatchPlan::sample_index(uint64_t rank, uint64_t position) const {
+  if (rank >= geometry_.spec.world_size || position >= geometry_.samples_per_rank) {
+    throw InternalError("BatchPlan::sample_index out of range");
+  }
+  // indices[rank : total_size : num_replicas]
+  uint128 global = static_cast<uint128>(position) * geometry_.spec.world_size + rank;
+  return order_at(static_cast<uint64_t>(global % geometry_.spec.samples));
+}
+
+std::vector<int64_t> BatchPlan::batch_indices(uint64_t rank, uint64_t batch_index) const {
+  const uint64_t size = geometry_.batch_size_at(batch_index);
+  std::vector<int64_t> out;
+  out.reserve(size);
+  const uint64_t start = batch_index * geometry_.spec.batch_size;
+  for (uint64_t i = 0; i < size; ++i) out.push_back(sample_index(rank, start + i));
+  return out;
+}
+
+int64_t BatchPlan::padded_sample(uint64_t k, uint64_t* rank) const {
+  const uint64_t n = geometry_.spec.samples;
+  if (k >= geometry_.padded_samples) throw InternalError("BatchPlan::padded_sample out of range");
+  const uint64_t global = n + k;  // padding follows the N real entries
+  if (rank) *rank = global % geometry_.spec.world_size;
+  return order_at(global);
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,65 @@
+#pragma once
+// Batch geometry exactly as torch.utils.data.DataLoader (and DistributedSampler)
+// deliver it. Counts are O(1) arithmetic; indices are produced on demand.
+#include <cstdint>
+#include <vector>
+
+#include "core/config.h"
+
+namespace batchcheck {
+
+struct LoaderSpec {
+  uint64_t samples = 0;
+  uint64_t batch_size = 1;
+  bool drop_last = false;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t world_size = 1;  // > 1: DistributedSampler(num_replicas=world_size)
+  bool sampler_drop_last = false;
+  uint64_t accumulation_steps = 1;
+};
+
+LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples);
+
+struct Geometry {
+  LoaderSpec spec;
+  uint64_t samples_per_rank = 0;  // DistributedSampler.num_samples (N without one)
+  uint64_t padded_samples = 0;    // repeated by DistributedSampler to even out the ranks
+  uint64_t sampler_dropped = 0;   // cut by DistributedSampler(drop_last=True)
+  uint64_t batches_per_rank = 0;
+  uint64_t full_batches = 0;
+  uint64_t last_batch_size = 0;          // size of the last delivered batch; 0 if none
+  uint64_t loader_dropped_per_rank = 0;  // the tail DataLoader(drop_last=True) discards
+  uint64_t windows = 0;                  // accumulation windows per rank
+  uint64_t last_window_batches = 0;      // micro-batches in the last window (K when full)
+
+  bool distributed() const { return spec.world_size > 1; }
+  // Samples that reach no rank in an epoch (sampler cut + every rank's dropped tail).
+  uint64_t dropped_total() const;
+  uint64_t batch_size_at(uint64_t batch_index) const;
+};
+
+// O(1) for any 64-bit sizes; throws InternalError if batch_size or world_size is 0.
+Geometry compute_geometry(const LoaderSpec& spec);
+
+// The dataset indices of each rank's batches. `order` is the sampler's permutation of
+// [0, N) (see engine/permutation.h); empty means sequential, which needs no memory.
+class BatchPlan {
+ public:
+  BatchPlan(Geometry geometry, std::vector<int64_t> order);
+
+  const Geometry& geometry() const { return geometry_; }
+  // The dataset index at `position` (0-based, < samples_per_rank) of `rank`'s stream.
+  int64_t sample_index(uint64_t rank, uint64_t position) const;
+  std::vector<int64_t> batch_indices(uint64_t rank, uint64_t batch_index) const;
+  // The rank and position that receive DistributedSampler's padding entry `k` (< padded_samples).
+  int64_t padded_sample(uint64_t k, uint64_t* rank) const;
+
+ private:
+  int64_t order_at(uint64_t i) const;
+  Geometry geometry_;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace batchcheck

@@ -1,0 +1,59 @@
+#pragma once
+// Reading user-written JSON with errors in the user's terms: the file, the key path
+// ("loader.batch_size", "checks.output_range[1]") and, for syntax errors, line:column.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace batchcheck {
+
+// Reads and parses a JSON file. display_path is how errors name the file.
+nlohmann::json read_json_file(const std::string& display_path, const std::string& fs_path);
+// Parses text; syntax errors become InputError(display_path, "line:column", ...).
+nlohmann::json parse_json_text(const std::string& display_path, const std::string& text);
+
+// `"8"`, `8.5`, `true`, `null`, `an array`, `an object`: for "expected X, got Y".
+std::string describe_json(const nlohmann::json& v);
+
+// One JSON object at a key path. Typed getters throw InputError naming the key path;
+// reject_unknown() turns keys nobody asked about into "did you mean" errors.
+class JsonObject {
+ public:
+  JsonObject(std::string file, std::string path, const nlohmann::json& value);
+
+  const std::string& path() const { return path_; }
+  std::string key_path(const std::string& key) const;
+  bool has(const std::string& key) const;
+  const nlohmann::json* find(const std::string& key) const;
+
+  JsonObject object(const std::string& key) const;  // required
+  std::optional<JsonObject> optional_object(const std::string& key) const;
+
+  std::optional<std::string> string(const std::string& key) const;
+  std::string required_string(const std::string& key) const;
+  // One of `choices`; the error suggests the closest.
+  std::optional<std::string> choice(const std::string& key, const std::vector<std::string>& choices) const;
+  std::optional<bool> boolean(const std::string& key) const;
+  std::optional<uint64_t> uint(const std::string& key, uint64_t min_value = 0) const;
+  uint64_t required_uint(const std::string& key, uint64_t min_value) const;
+  std::optional<int64_t> integer(const std::string& key) const;
+  std::optional<double> number(const std::string& key) const;
+  std::optional<std::vector<double>> number_list(const std::string& key) const;
+  std::optional<std::vector<uint64_t>> uint_list(const std::string& key, uint64_t min_value) const;
+
+  // Throws for the first key of this object that is not in `known`.
+  void reject_unknown(const std::vector<std::string>& known) const;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+
+ private:
+  const nlohmann::json& require(const std::string& key) const;
+  std::string file_, path_;
+  const nlohmann::json* value_;
+};
+
+}  // namespace batchcheck

@@ -1,0 +1,57 @@
+#pragma once
+// The report of SPEC.md: findings with their fixes, the verdict and the JSON form.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace batchcheck {
+
+enum class Severity { Info = 0, Warning = 1, Error = 2 };
+const char* to_string(Severity s);
+
+// --fail-on: the lowest severity that fails the gate; Never passes everything.
+enum class FailOn { Info, Warning, Error, Never };
+const char* to_string(FailOn f);
+std::optional<FailOn> parse_fail_on(const std::string& s);
+bool fails(Severity s, FailOn level);
+
+struct Fix {
+  std::string id;
+  std::string title;
+  std::string code;
+  std::string tradeoff;
+  std::vector<uint64_t> batch_sizes;  // concrete sizes, for the batch-size fixes
+};
+
+struct Finding {
+  std::string id;
+  Severity severity = Severity::Info;
+  std::optional<uint64_t> rank;
+  std::vector<uint64_t> ranks;  // every rank it applies to, when more than one
+  std::optional<uint64_t> batch;
+  std::vector<uint64_t> batches;
+  std::vector<int64_t> samples;  // dataset indices, first occurrences, capped
+  uint64_t count = 0;            // total samples concerned
+  std::string stage;             // "geometry", "data", "forward", "output", "loss"
+  std::string message;
+  nlohmann::json evidence = nlohmann::json::object();
+  std::string cuda_equivalent;
+  std::vector<Fix> fixes;
+  bool probe = false;
+};
+
+nlohmann::json to_json(const Fix& f);
+nlohmann::json to_json(const Finding& f);
+
+struct SeverityCounts {
+  uint64_t errors = 0, warnings = 0, infos = 0;
+};
+SeverityCounts count_severities(const std::vector<Finding>& findings);
+
+// The verdict: "fail" if any finding is at or above the level.
+bool verdict_fails(const std::vector<Finding>& findings, FailOn level);
+
+}  // namespace batchcheck

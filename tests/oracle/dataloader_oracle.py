@@ -1,0 +1,80 @@
+"""Dumps the batches PyTorch's own DataLoader / DistributedSampler deliver over a grid of
+setups, one JSON object per line, for the C++ geometry oracle test (tests/test_oracle.cpp).
+
+Run with Debian's /usr/bin/python3 and python3-torch. Deterministic: the grid comes from a
+fixed-seed Python RNG, the orders from torch generators seeded as a user would.
+"""
+import itertools
+import json
+import random
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class Indices(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def batches_plain(n, b, drop_last, shuffle, seed, epoch):
+    gen = torch.Generator().manual_seed(seed) if shuffle else None
+    loader = DataLoader(Indices(n), batch_size=b, shuffle=shuffle, drop_last=drop_last, generator=gen)
+    out = None
+    for _ in range(epoch + 1):  # the same generator across epochs, as in a training loop
+        out = [batch.tolist() for batch in loader]
+    return [out]
+
+
+def batches_distributed(n, b, w, drop_last, shuffle, seed, epoch, sampler_drop_last):
+    ranks = []
+    for r in range(w):
+        sampler = DistributedSampler(Indices(n), num_replicas=w, rank=r, shuffle=shuffle, seed=seed,
+                                     drop_last=sampler_drop_last)
+        sampler.set_epoch(epoch)
+        loader = DataLoader(Indices(n), batch_size=b, sampler=sampler, drop_last=drop_last)
+        ranks.append([batch.tolist() for batch in loader])
+    return ranks
+
+
+def grid():
+    rng = random.Random(1234)
+    sizes = [0, 1, 2, 3, 5, 7, 8, 13, 16, 31, 97, 100, 257, 1028, 1041, 2003]
+    batch_sizes = [1, 2, 3, 8, 64]
+    worlds = [1, 2, 3, 4, 8]
+    for n, b, w in itertools.product(sizes, batch_sizes, worlds):
+        for _ in range(3):
+            yield dict(n=n, b=b, w=w, drop_last=rng.random() < 0.5, shuffle=rng.random() < 0.6,
+                       seed=rng.choice([0, 1, 42, 2**40 + 3]), epoch=rng.randrange(3),
+                       sampler_drop_last=w > 1 and rng.random() < 0.5)
+    # W > N and a few large worlds.
+    for n in [1, 3, 5]:
+        for sdl in [False, True]:
+            yield dict(n=n, b=2, w=8, drop_last=False, shuffle=True, seed=3, epoch=1, sampler_drop_last=sdl)
+
+
+def main():
+    count = 0
+    for case in grid():
+        if case["n"] == 0 and case["shuffle"] and case["w"] == 1:
+            continue  # RandomSampler refuses an empty dataset; covered by empty-loader instead
+        if case["w"] == 1:
+            ranks = batches_plain(case["n"], case["b"], case["drop_last"], case["shuffle"], case["seed"], case["epoch"])
+        else:
+            ranks = batches_distributed(case["n"], case["b"], case["w"], case["drop_last"], case["shuffle"],
+                                        case["seed"], case["epoch"], case["sampler_drop_last"])
+        case["ranks"] = ranks
+        sys.stdout.write(json.dumps(case, separators=(",", ":")) + "\n")
+        count += 1
+    sys.stderr.write(f"dataloader_oracle: {count} setups\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+// The command line, in-process, through the same run_cli() that main() calls.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+
+using namespace batchcheck;
+
+namespace {
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  int code = run_cli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+}  // namespace
+
+TEST(Cli, SuggestSeedCaseTable) {
+  CliRun r = cli({"suggest", "--samples", "1041", "--batch-size", "8"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Exact divisors of 1041: 1, 3, 347, 1041"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Cli, SuggestJson) {
+  CliRun r = cli({"suggest", "--samples", "1028", "--batch-size", "8", "--world-size", "4", "--accumulation", "4", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["per_rank_samples"], 257);
+  EXPECT_EQ(j["tail"], 1);
+  EXPECT_EQ(j["divisors"], nlohmann::json({1, 257}));
+  EXPECT_EQ(j["accumulation"]["steps"], 4);
+}
+
+TEST(Cli, SuggestMaxUint64) {
+  CliRun r = cli({"suggest", "--samples", "18446744073709551615", "--batch-size", "8", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"].get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ(j["divisors"].size(), 128u);
+}
+
+TEST(Cli, BadNumbersAreExit2WithOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  };
+  const std::vector<Case> cases = {
+      {{"suggest", "--samples", "abc", "--batch-size", "8"},
+       "batchcheck: error: --samples: expected a non-negative integer, got \"abc\"\n"},
+      {{"suggest", "--samples", "-5", "--batch-size", "8"},
+       "batchcheck: error: --samples: expected a non-negative integer, got \"-5\"\n"},
+      {{"suggest", "--samples", "18446744073709551616", "--batch-size", "8"},
+       "batchcheck: error: --samples: 18446744073709551616 is larger than 18446744073709551615 (2^64-1)\n"},
+      {{"suggest", "--samples", "100", "--batch-size", "0"},
+       "batchcheck: error: --batch-size: expected a positive integer, got 0\n"},
+      {{"suggest", "--samples", "100", "--batch-size", "1.5"},
+       "batchcheck: error: --batch-size: expected a positive integer, got \"1.5\"\n"},
+      {{"suggest", "--samples", "100", "--batch-size", "8", "--world-size", "0"},
+       "batchcheck: error: --world-size: expected a positive integer, got 0\n"},
+      {{"sugest"}, "batchcheck: error: unknown command \"sugest\"; did you mean \"suggest\"?\n"},
+  };
+  for (const auto& c : cases) {
+    CliRun r = cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.args[0];
+    EXPECT_EQ(r.err, c.err);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(Cli, MissingRequiredFlagIsExit2) {
+  CliRun r = cli({"suggest", "--samples", "10"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("batchcheck: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("--batch-size"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+}
+
+TEST(Cli, HelpAndVersion) {
+  CliRun help = cli({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("suggest"), std::string::npos);
+  EXPECT_NE(help.out.find("Exit codes"), std::string::npos);
+  CliRun sub = cli({"suggest", "--help"});
+  EXPECT_EQ(sub.code, 0);
+  EXPECT_NE(sub.out.find("--min-tail"), std::string::npos) << sub.out;
+  CliRun v = cli({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind("batchcheck 0.1.0 (LibTorch 1.13", 0), 0u) << v.out;
+}

@@ -1,0 +1,201 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/errors.h"
+
+using namespace batchcheck;
+
+namespace {
+
+const char* kMinimal = R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"},
+ "loader": {"batch_size": 8}})";
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_config("cfg.json", text, "/base");
+  } catch (const InputError& e) {
+    return format_error(e);
+  }
+  return "(no error)";
+}
+
+// kMinimal with one section replaced.
+std::string with(const std::string& section, const std::string& body) {
+  std::string model = R"("model": {"path": "m.pt"})";
+  std::string data = R"("data": {"inputs": "x.npy", "targets": "y.npy"})";
+  std::string loader = R"("loader": {"batch_size": 8})";
+  std::string extra;
+  std::string part = "\"" + section + "\": " + body;
+  if (section == "model") model = part;
+  else if (section == "data") data = part;
+  else if (section == "loader") loader = part;
+  else extra = ", " + part;
+  return "{" + model + ", " + data + ", " + loader + extra + "}";
+}
+
+}  // namespace
+
+TEST(Config, MinimalHasSpecDefaults) {
+  Config c = parse_config("cfg.json", kMinimal, "/base");
+  EXPECT_EQ(c.model.path, "/base/m.pt");
+  EXPECT_EQ(c.model.mode, Mode::Train);
+  EXPECT_FALSE(c.model.output);
+  EXPECT_EQ(c.data.format, DataFormat::Npy);
+  EXPECT_EQ(c.data.inputs, "/base/x.npy");
+  EXPECT_EQ(c.data.targets, "/base/y.npy");
+  EXPECT_TRUE(c.data.has_targets);
+  EXPECT_EQ(c.loader.batch_size, 8u);
+  EXPECT_FALSE(c.loader.drop_last);
+  EXPECT_FALSE(c.loader.shuffle);
+  EXPECT_EQ(c.loader.world_size, 1u);
+  EXPECT_EQ(c.loader.accumulation_steps, 1u);
+  EXPECT_EQ(c.loss.type, LossType::None);
+  EXPECT_EQ(c.loss.ignore_index, -100);
+  EXPECT_EQ(c.checks.probe_batch_sizes, std::vector<uint64_t>{1});
+  EXPECT_EQ(c.checks.max_batches, 0u);
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_TRUE(c.sync);
+}
+
+TEST(Config, FullSpecExampleParses) {
+  const char* text = R"({
+  "model": {"path": "unet.pt", "mode": "eval", "output": "out"},
+  "data": {"format": "npy", "inputs": "images.npy", "targets": "masks.npy"},
+  "loader": {"batch_size": 8, "drop_last": false, "shuffle": true, "seed": 7, "epoch": 2,
+             "world_size": 4, "sampler_drop_last": true, "accumulation_steps": 3},
+  "loss": {"type": "cross_entropy", "ignore_index": 255, "reduction": "sum", "weight": [1, 2.5]},
+  "checks": {"output_range": [0, 1], "target_range": [0, 1], "probe_batch_sizes": [1, 2], "max_batches": 5},
+  "device": "cuda:1", "sync": false})";
+  Config c = parse_config("cfg.json", text, "dir");
+  EXPECT_EQ(c.model.path, "dir/unet.pt");
+  EXPECT_EQ(c.model.mode, Mode::Eval);
+  ASSERT_TRUE(c.model.output);
+  EXPECT_EQ(std::get<std::string>(*c.model.output), "out");
+  EXPECT_TRUE(c.loader.shuffle);
+  EXPECT_TRUE(c.loader.seed_given);
+  EXPECT_EQ(c.loader.seed, 7u);
+  EXPECT_EQ(c.loader.epoch, 2u);
+  EXPECT_EQ(c.loader.world_size, 4u);
+  EXPECT_TRUE(c.loader.sampler_drop_last);
+  EXPECT_EQ(c.loader.accumulation_steps, 3u);
+  EXPECT_EQ(c.loss.type, LossType::CrossEntropy);
+  EXPECT_EQ(c.loss.ignore_index, 255);
+  EXPECT_EQ(c.loss.reduction, Reduction::Sum);
+  EXPECT_EQ(c.loss.weight, (std::vector<double>{1, 2.5}));
+  ASSERT_TRUE(c.checks.output_range);
+  EXPECT_EQ(c.checks.output_range->hi, 1);
+  EXPECT_EQ(c.checks.probe_batch_sizes, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(c.checks.max_batches, 5u);
+  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_FALSE(c.sync);
+}
+
+TEST(Config, OutputIndexAndAbsolutePaths) {
+  Config c = parse_config("cfg.json", with("model", R"({"path": "/abs/m.pt", "output": 0})"), "/base");
+  EXPECT_EQ(c.model.path, "/abs/m.pt");
+  EXPECT_EQ(std::get<int64_t>(*c.model.output), 0);
+}
+
+TEST(Config, PtFormatInferredFromExtension) {
+  Config c = parse_config("cfg.json", with("data", R"({"path": "d/data.pt"})"), "/base");
+  EXPECT_EQ(c.data.format, DataFormat::Pt);
+  EXPECT_EQ(c.data.path, "/base/d/data.pt");
+  EXPECT_EQ(c.data.inputs, "inputs");
+  EXPECT_EQ(c.data.targets, "targets");
+  EXPECT_FALSE(c.data.targets_explicit);
+}
+
+TEST(Config, TargetsMayBeOmitted) {
+  Config c = parse_config("cfg.json", with("data", R"({"inputs": "x.npy"})"), "/base");
+  EXPECT_FALSE(c.data.has_targets);
+}
+
+TEST(ConfigErrors, ExactMessages) {
+  struct Case {
+    std::string text, expected;
+  };
+  const std::vector<Case> cases = {
+      {with("loader", R"({"batch_size": "8"})"),
+       R"(batchcheck: error: cfg.json: loader.batch_size: expected a positive integer, got "8")"},
+      {with("loader", R"({"batch_size": 8.5})"),
+       "batchcheck: error: cfg.json: loader.batch_size: expected a positive integer, got 8.5"},
+      {with("loader", R"({"batch_size": 0})"),
+       "batchcheck: error: cfg.json: loader.batch_size: expected a positive integer, got 0"},
+      {with("loader", R"({"batch_size": 8, "world_size": -2})"),
+       "batchcheck: error: cfg.json: loader.world_size: expected a positive integer, got -2"},
+      {with("loader", R"({"batchsize": 8})"),
+       R"(batchcheck: error: cfg.json: loader.batchsize: unknown key; did you mean "batch_size"?)"},
+      {with("loader", R"({})"), "batchcheck: error: cfg.json: loader.batch_size: missing required key"},
+      {with("loader", R"({"batch_size": 8, "shuffle": "yes"})"),
+       R"(batchcheck: error: cfg.json: loader.shuffle: expected true or false, got "yes")"},
+      {with("loss", R"({"type": "bce_logits"})"),
+       R"(batchcheck: error: cfg.json: loss.type: unknown value "bce_logits"; did you mean "bce_with_logits"?)"},
+      {with("loss", R"({"type": "focal"})"),
+       "batchcheck: error: cfg.json: loss.type: unknown value \"focal\" (expected one of: bce, bce_with_logits, "
+       "cross_entropy, nll, mse, l1, smooth_l1, none)"},
+      {with("loss", R"({"reduction": "mean"})"), "batchcheck: error: cfg.json: loss.type: missing required key"},
+      {with("checks", R"({"output_range": [1, 0]})"),
+       "batchcheck: error: cfg.json: checks.output_range: low bound 1 is greater than high bound 0"},
+      {with("checks", R"({"output_range": [0]})"),
+       "batchcheck: error: cfg.json: checks.output_range: expected [low, high], got an array of 1 numbers"},
+      {with("checks", R"({"target_range": [0, "1"]})"),
+       R"(batchcheck: error: cfg.json: checks.target_range[1]: expected a number, got "1")"},
+      {with("checks", R"({"probe_batch_sizes": [1, 0]})"),
+       "batchcheck: error: cfg.json: checks.probe_batch_sizes[1]: expected a positive integer, got 0"},
+      {with("device", R"("gpu")"),
+       R"(batchcheck: error: cfg.json: device: unknown device "gpu" (expected cpu, cuda, cuda:N or auto))"},
+      {with("model", R"({"mode": "train"})"), "batchcheck: error: cfg.json: model.path: missing required key"},
+      {with("model", R"({"path": "m.pt", "mode": "training"})"),
+       R"(batchcheck: error: cfg.json: model.mode: unknown value "training"; did you mean "train"?)"},
+      {with("model", R"({"path": "m.pt", "output": 1.5})"),
+       "batchcheck: error: cfg.json: model.output: expected an integer index or a string key, got 1.5"},
+      {with("model", R"([1])"), "batchcheck: error: cfg.json: model: expected an object, got an array"},
+      {with("data", R"({"inputs": "x.bin"})"),
+       R"(batchcheck: error: cfg.json: data.format: cannot infer the format from the file extension; set "format" to "npy" or "pt")"},
+      {with("data", R"({"format": "pt", "inputs": "x"})"), "batchcheck: error: cfg.json: data.path: missing required key"},
+      {with("lossy", R"({})"), R"(batchcheck: error: cfg.json: lossy: unknown key; did you mean "loss"?)"},
+      {R"({"model": {"path": "m.pt"}})", "batchcheck: error: cfg.json: data: missing required key"},
+      {"[1, 2]", "batchcheck: error: cfg.json: 1:1: expected an object, got an array"},
+      {"", "batchcheck: error: cfg.json: 1:1: the file is empty; expected a JSON object"},
+      {"{\n  \"model\": {\"path\": \"m.pt\"},\n}",
+       "batchcheck: error: cfg.json: 3:1: syntax error while parsing object key - unexpected '}'; expected string literal"},
+      {"not json", "batchcheck: error: cfg.json: 1:2: syntax error while parsing value - invalid literal; last read: 'no'"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(error_of(c.text), c.expected) << c.text;
+}
+
+class ConfigFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("bc_config_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string error_loading(const std::string& path) {
+    try {
+      load_config(path);
+    } catch (const InputError& e) {
+      return format_error(e);
+    }
+    return "(no error)";
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigFiles, RelativePathsResolveAgainstTheConfigFolder) {
+  auto cfg = dir_ / "sub" / "cfg.json";
+  std::filesystem::create_directories(cfg.parent_path());
+  std::ofstream(cfg) << kMinimal;
+  Config c = load_config(cfg.string());
+  EXPECT_EQ(c.model.path, (dir_ / "sub" / "m.pt").string());
+  EXPECT_EQ(c.file, cfg.string());
+}
+
+TEST_F(ConfigFiles, MissingFileAndDirectory) {
+  auto missing = (dir_ / "nope.json").string();
+  EXPECT_EQ(error_loading(missing), "batchcheck: error: " + missing + ": cannot read: No such file or directory");
+  EXPECT_EQ(error_loading(dir_.string()), "batchcheck: error: " + dir_.string() + ": is a directory, expected a JSON file");
+}

@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "core/geometry.h"
+
+using namespace batchcheck;
+
+namespace {
+LoaderSpec spec(uint64_t n, uint64_t b, uint64_t w = 1, bool drop_last = false, bool sampler_drop_last = false,
+                uint64_t k = 1) {
+  LoaderSpec s;
+  s.samples = n;
+  s.batch_size = b;
+  s.world_size = w;
+  s.drop_last = drop_last;
+  s.sampler_drop_last = sampler_drop_last;
+  s.accumulation_steps = k;
+  return s;
+}
+}  // namespace
+
+TEST(Geometry, SeedCaseEndsOnABatchOfOne) {
+  Geometry g = compute_geometry(spec(1041, 8));
+  EXPECT_EQ(g.samples_per_rank, 1041u);
+  EXPECT_EQ(g.batches_per_rank, 131u);
+  EXPECT_EQ(g.full_batches, 130u);
+  EXPECT_EQ(g.last_batch_size, 1u);
+  EXPECT_EQ(g.dropped_total(), 0u);
+  EXPECT_EQ(g.batch_size_at(0), 8u);
+  EXPECT_EQ(g.batch_size_at(130), 1u);
+  EXPECT_EQ(g.batch_size_at(131), 0u);
+}
+
+TEST(Geometry, DropLast) {
+  Geometry g = compute_geometry(spec(1041, 8, 1, true));
+  EXPECT_EQ(g.batches_per_rank, 130u);
+  EXPECT_EQ(g.last_batch_size, 8u);
+  EXPECT_EQ(g.loader_dropped_per_rank, 1u);
+  EXPECT_EQ(g.dropped_total(), 1u);
+}
+
+TEST(Geometry, DistributedPaddingGivesEveryRankATailOfOne) {
+  // FIELD-NOTES: N=1028, W=4, B=8: 1028 mod 8 = 4, yet every rank ends on a batch of 1.
+  Geometry g = compute_geometry(spec(1028, 8, 4));
+  EXPECT_EQ(g.samples_per_rank, 257u);
+  EXPECT_EQ(g.padded_samples, 0u);
+  EXPECT_EQ(g.last_batch_size, 1u);
+  EXPECT_EQ(g.batches_per_rank, 33u);
+}
+
+TEST(Geometry, DistributedPaddingAndCutting) {
+  Geometry pad = compute_geometry(spec(10, 2, 4));
+  EXPECT_EQ(pad.samples_per_rank, 3u);
+  EXPECT_EQ(pad.padded_samples, 2u);
+  Geometry cut = compute_geometry(spec(10, 2, 4, false, true));
+  EXPECT_EQ(cut.samples_per_rank, 2u);
+  EXPECT_EQ(cut.sampler_dropped, 2u);
+  // Fewer samples than ranks: padding tiles, cutting leaves nothing.
+  Geometry tiny = compute_geometry(spec(3, 2, 8));
+  EXPECT_EQ(tiny.samples_per_rank, 1u);
+  EXPECT_EQ(tiny.padded_samples, 5u);
+  Geometry tiny_cut = compute_geometry(spec(3, 2, 8, false, true));
+  EXPECT_EQ(tiny_cut.samples_per_rank, 0u);
+  EXPECT_EQ(tiny_cut.batches_per_rank, 0u);
+  EXPECT_EQ(tiny_cut.sampler_dropped, 3u);
+}
+
+TEST(Geometry, EmptyDatasetAndEmptyLoader) {
+  Geometry empty = compute_geometry(spec(0, 8));
+  EXPECT_EQ(empty.batches_per_rank, 0u);
+  EXPECT_EQ(empty.last_batch_size, 0u);
+  Geometry dropped = compute_geometry(spec(5, 8, 1, true));
+  EXPECT_EQ(dropped.batches_per_rank, 0u);
+  EXPECT_EQ(dropped.loader_dropped_per_rank, 5u);
+}
+
+TEST(Geometry, AccumulationWindows) {
+  Geometry g = compute_geometry(spec(1041, 8, 1, false, false, 4));
+  EXPECT_EQ(g.windows, 33u);  // 131 = 32 * 4 + 3
+  EXPECT_EQ(g.last_window_batches, 3u);
+  Geometry full = compute_geometry(spec(1024, 8, 1, false, false, 4));
+  EXPECT_EQ(full.last_window_batches, 4u);
+}
+
+TEST(Geometry, HugeSizesAreArithmeticOnly) {
+  Geometry g = compute_geometry(spec(1'000'000'000'000'000'000ull, 7, 3));
+  EXPECT_EQ(g.samples_per_rank, 333'333'333'333'333'334ull);
+  EXPECT_EQ(g.padded_samples, 2u);
+  EXPECT_EQ(g.batches_per_rank, 47'619'047'619'047'620ull);
+  Geometry max = compute_geometry(spec(UINT64_MAX, 2, 2));
+  EXPECT_EQ(max.samples_per_rank, (UINT64_MAX / 2) + 1);
+  EXPECT_EQ(max.padded_samples, 1u);
+}
+
+TEST(Geometry, RejectsZeroSizes) { EXPECT_THROW(compute_geometry(spec(10, 0)), InternalError); }
+
+TEST(BatchPlan, SequentialIndices) {
+  BatchPlan plan(compute_geometry(spec(10, 4)), {});
+  EXPECT_EQ(plan.batch_indices(0, 0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(plan.batch_indices(0, 2), (std::vector<int64_t>{8, 9}));
+}
+
+TEST(BatchPlan, DistributedStridesAndPadsFromTheStart) {
+  // indices = [0..10) + [0, 1]; rank r takes indices[r::4].
+  BatchPlan plan(compute_geometry(spec(10, 2, 4)), {});
+  EXPECT_EQ(plan.batch_indices(0, 0), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(plan.batch_indices(0, 1), (std::vector<int64_t>{8}));
+  EXPECT_EQ(plan.batch_indices(2, 1), (std::vector<int64_t>{0}));
+  EXPECT_EQ(plan.batch_indices(3, 1), (std::vector<int64_t>{1}));
+  uint64_t rank = 9;
+  EXPECT_EQ(plan.padded_sample(0, &rank), 0);
+  EXPECT_EQ(rank, 2u);
+  EXPECT_EQ(plan.padded_sample(1, &rank), 1);
+  EXPECT_EQ(rank, 3u);
+}
+
+TEST(BatchPlan, UsesTheGivenOrder) {
+  BatchPlan plan(compute_geometry(spec(4, 3)), {3, 1, 0, 2});
+  EXPECT_EQ(plan.batch_indices(0, 0), (std::vector<int64_t>{3, 1, 0}));
+  EXPECT_EQ(plan.batch_indices(0, 1), (std::vector<int64_t>{2}));
+  EXPECT_THROW(BatchPlan(compute_geometry(spec(5, 3)), {0, 1}), InternalError);
+}

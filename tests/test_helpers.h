@@ -1,0 +1,47 @@
+#pragma once
+// Shared by the engine tests: running a program and capturing its output, temp folders.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace batchcheck::testing {
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout only
+};
+
+inline CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buf[65536];
+  std::size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, got);
+  int st = ::pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Debian's python with python3-torch, which the interop tests use as an oracle.
+inline bool python_torch_available() {
+  static const bool ok = run_command("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1").status == 0;
+  return ok;
+}
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    path_ = std::filesystem::temp_directory_path() / ("batchcheck_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace batchcheck::testing
