@@ -2,11 +2,15 @@
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <iostream>
 
 #include "core/errors.h"
 #include "core/suggest.h"
 #include "core/text.h"
 #include "engine/info.h"
+#include "engine/scan_command.h"
+
+#include <unistd.h>
 
 namespace batchcheck {
 
@@ -24,6 +28,40 @@ uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t 
   }
   if (*v < min_value) throw InputError("", flag, "expected a positive integer, got " + text);
   return *v;
+}
+
+struct ScanArgs {
+  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads;
+  bool edges = false, quiet = false, verbose = false;
+};
+
+int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool interactive) {
+  ScanCommand cmd;
+  cmd.config_path = a.config;
+  if (!a.output.empty()) cmd.output_path = a.output;
+  auto fail_on = parse_fail_on(a.fail_on);
+  if (!fail_on) {
+    throw InputError("", "--fail-on", "unknown level \"" + a.fail_on + "\"" +
+                                          did_you_mean(a.fail_on, {"error", "warning", "info", "never"}) +
+                                          " (expected error, warning, info or never)");
+  }
+  cmd.fail_on = *fail_on;
+  if (!a.device.empty()) cmd.device = a.device;
+  if (!a.mode.empty()) {
+    if (a.mode != "train" && a.mode != "eval") {
+      throw InputError("", "--mode", "unknown mode \"" + a.mode + "\" (expected train or eval)");
+    }
+    cmd.mode = a.mode == "train" ? Mode::Train : Mode::Eval;
+  }
+  if (!a.max_batches.empty()) cmd.max_batches = parse_count("--max-batches", a.max_batches, 0);
+  if (!a.rank.empty()) cmd.rank = parse_count("--rank", a.rank, 0);
+  if (!a.threads.empty()) cmd.threads = parse_count("--threads", a.threads, 1);
+  cmd.edges = a.edges;
+  cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
+  cmd.progress = interactive;
+  ScanOutcome o = scan_command(cmd, out, err);
+  if (!o.complete && o.signal) return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
+  return o.failed ? 1 : 0;
 }
 
 struct SuggestArgs {
@@ -48,6 +86,9 @@ int run_suggest(const SuggestArgs& a, std::ostream& out) {
   }
   return 0;
 }
+
+// Progress is drawn only on a real terminal, never into a captured stream.
+bool stderr_is_terminal(const std::ostream& err) { return &err == &std::cerr && ::isatty(STDERR_FILENO); }
 
 // "unknown command "scna"; did you mean "scan"?" before CLI11's generic message.
 void check_command(const std::vector<std::string>& args) {
@@ -88,6 +129,22 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)");
   suggest_cmd->add_flag("--json", sa.json, "print one JSON object instead of a table");
 
+  ScanArgs sc;
+  CLI::App* scan_cmd = app.add_subcommand(
+      "scan", "Replay every batch of a training setup through its TorchScript model and check it against the loss.\n"
+              "Writes the JSON report to stdout (or -o FILE); the summary and progress go to stderr.");
+  scan_cmd->add_option("config", sc.config, "the JSON config (see README: model, data, loader, loss, checks)")->required();
+  scan_cmd->add_option("-o,--output", sc.output, "write the report to FILE atomically instead of stdout");
+  scan_cmd->add_option("--fail-on", sc.fail_on, "lowest severity that fails: error (default), warning, info, never");
+  scan_cmd->add_option("--device", sc.device, "cpu, cuda, cuda:N or auto (overrides the config)");
+  scan_cmd->add_option("--mode", sc.mode, "train or eval (overrides model.mode)");
+  scan_cmd->add_flag("--edges", sc.edges, "only the first and last batch of each rank plus the probes: a fast gate");
+  scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)");
+  scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank");
+  scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch");
+  auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
+  scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr")->excludes(quiet);
+
   try {
     check_command(args);
     std::vector<const char*> argv{"batchcheck"};
@@ -112,6 +169,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       return 2;
     }
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
+    if (scan_cmd->parsed()) return run_scan_cmd(sc, out, err, stderr_is_terminal(err));
     out << app.help();
     return 0;
   } catch (const InputError& e) {

@@ -7,7 +7,7 @@ PACKAGES=(
   cmake g++ make ninja-build
   libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
-  python3-torch python3-numpy
+  python3-torch python3-torchvision python3-numpy
 )
 # clang builds the libFuzzer targets; optional for the rest.
 if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 ]]; then PACKAGES+=(clang); fi

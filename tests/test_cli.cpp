@@ -31,17 +31,17 @@ TEST(Cli, SuggestSeedCaseTable) {
 TEST(Cli, SuggestJson) {
   CliRun r = cli({"suggest", "--samples", "1028", "--batch-size", "8", "--world-size", "4", "--accumulation", "4", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
-  auto j = nlohmann::json::parse(r.out);
+  auto j = nlohmann::ordered_json::parse(r.out);
   EXPECT_EQ(j["per_rank_samples"], 257);
   EXPECT_EQ(j["tail"], 1);
-  EXPECT_EQ(j["divisors"], nlohmann::json({1, 257}));
+  EXPECT_EQ(j["divisors"], nlohmann::ordered_json({1, 257}));
   EXPECT_EQ(j["accumulation"]["steps"], 4);
 }
 
 TEST(Cli, SuggestMaxUint64) {
   CliRun r = cli({"suggest", "--samples", "18446744073709551615", "--batch-size", "8", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
-  auto j = nlohmann::json::parse(r.out);
+  auto j = nlohmann::ordered_json::parse(r.out);
   EXPECT_EQ(j["samples"].get<uint64_t>(), UINT64_MAX);
   EXPECT_EQ(j["divisors"].size(), 128u);
 }

@@ -81,7 +81,7 @@ TEST(GeometryFindings, DistributedPaddingAndDropped) {
   EXPECT_EQ(pad->samples, (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(pad->count, 2u);
   EXPECT_EQ(pad->ranks, (std::vector<uint64_t>{0, 1, 2, 3}));
-  EXPECT_EQ(pad->evidence["ranks_receiving_padding"], nlohmann::json({2, 3}));
+  EXPECT_EQ(pad->evidence["ranks_receiving_padding"], nlohmann::ordered_json({2, 3}));
   const Finding* tail = find(fs, "tail-batch-singleton");
   ASSERT_TRUE(tail);
   EXPECT_EQ(tail->samples, (std::vector<int64_t>{8, 9, 0, 1}));  // each rank's last sample

@@ -28,8 +28,8 @@ TEST(Suggest, SeedCase) {
   EXPECT_EQ(j["samples"], 1041);
   EXPECT_EQ(j["per_rank_samples"], 1041);
   EXPECT_EQ(j["tail"], 1);
-  EXPECT_EQ(j["divisors"], nlohmann::json({1, 3, 347, 1041}));
-  EXPECT_EQ(j["nearest"][3], nlohmann::json({{"batch_size", 9}, {"tail", 6}, {"batches", 116}, {"dropped_with_drop_last", 6}}));
+  EXPECT_EQ(j["divisors"], nlohmann::ordered_json({1, 3, 347, 1041}));
+  EXPECT_EQ(j["nearest"][3], nlohmann::ordered_json({{"batch_size", 9}, {"tail", 6}, {"batches", 116}, {"dropped_with_drop_last", 6}}));
   EXPECT_FALSE(j.contains("accumulation"));
 }
 

@@ -39,19 +39,19 @@ bool fails(Severity s, FailOn level) {
   return false;
 }
 
-nlohmann::json to_json(const Fix& f) {
-  nlohmann::json j = {{"id", f.id}, {"title", f.title}, {"code", f.code}, {"tradeoff", f.tradeoff}};
+nlohmann::ordered_json to_json(const Fix& f) {
+  nlohmann::ordered_json j = {{"id", f.id}, {"title", f.title}, {"code", f.code}, {"tradeoff", f.tradeoff}};
   if (!f.batch_sizes.empty()) j["batch_sizes"] = f.batch_sizes;
   return j;
 }
 
-nlohmann::json to_json(const Finding& f) {
-  nlohmann::json j;
+nlohmann::ordered_json to_json(const Finding& f) {
+  nlohmann::ordered_json j;
   j["id"] = f.id;
   j["severity"] = to_string(f.severity);
-  j["rank"] = f.rank ? nlohmann::json(*f.rank) : nlohmann::json();
+  j["rank"] = f.rank ? nlohmann::ordered_json(*f.rank) : nlohmann::ordered_json();
   if (!f.ranks.empty()) j["ranks"] = f.ranks;
-  j["batch"] = f.batch ? nlohmann::json(*f.batch) : nlohmann::json();
+  j["batch"] = f.batch ? nlohmann::ordered_json(*f.batch) : nlohmann::ordered_json();
   j["batches"] = f.batches;
   j["samples"] = f.samples;
   j["count"] = f.count;
@@ -59,8 +59,8 @@ nlohmann::json to_json(const Finding& f) {
   if (f.probe) j["probe"] = true;
   j["message"] = f.message;
   j["evidence"] = f.evidence;
-  j["cuda_equivalent"] = f.cuda_equivalent.empty() ? nlohmann::json() : nlohmann::json(f.cuda_equivalent);
-  j["fixes"] = nlohmann::json::array();
+  j["cuda_equivalent"] = f.cuda_equivalent.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(f.cuda_equivalent);
+  j["fixes"] = nlohmann::ordered_json::array();
   for (const auto& fix : f.fixes) j["fixes"].push_back(to_json(fix));
   return j;
 }

@@ -37,14 +37,14 @@ struct Finding {
   uint64_t count = 0;            // total samples concerned
   std::string stage;             // "geometry", "data", "forward", "output", "loss"
   std::string message;
-  nlohmann::json evidence = nlohmann::json::object();
+  nlohmann::ordered_json evidence = nlohmann::ordered_json::object();
   std::string cuda_equivalent;
   std::vector<Fix> fixes;
   bool probe = false;
 };
 
-nlohmann::json to_json(const Fix& f);
-nlohmann::json to_json(const Finding& f);
+nlohmann::ordered_json to_json(const Fix& f);
+nlohmann::ordered_json to_json(const Finding& f);
 
 struct SeverityCounts {
   uint64_t errors = 0, warnings = 0, infos = 0;

@@ -74,9 +74,9 @@ Suggestion suggest(const SuggestRequest& request) {
   return s;
 }
 
-nlohmann::json to_json(const Suggestion& s) {
+nlohmann::ordered_json to_json(const Suggestion& s) {
   const Geometry& g = s.geometry;
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["samples"] = s.request.samples;
   j["world_size"] = s.request.world_size;
   j["per_rank_samples"] = g.samples_per_rank;
@@ -90,7 +90,7 @@ nlohmann::json to_json(const Suggestion& s) {
   j["padded_samples"] = g.padded_samples;
   j["dropped_samples"] = g.dropped_total();
   j["divisors"] = s.divisors;
-  j["nearest"] = nlohmann::json::array();
+  j["nearest"] = nlohmann::ordered_json::array();
   for (const auto& c : s.nearest) {
     j["nearest"].push_back({{"batch_size", c.batch_size},
                             {"tail", c.tail},

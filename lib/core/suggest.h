@@ -42,7 +42,7 @@ std::vector<uint64_t> nearest_divisors(const std::vector<uint64_t>& divisors, ui
                                        std::size_t per_side);
 BatchSizeCandidate candidate(uint64_t per_rank_samples, uint64_t world_size, uint64_t batch_size);
 
-nlohmann::json to_json(const Suggestion& s);
+nlohmann::ordered_json to_json(const Suggestion& s);
 std::string format_table(const Suggestion& s);
 
 }  // namespace batchcheck

@@ -1,0 +1,67 @@
+#pragma once
+// What the scan needs from a tensor library, without naming one. The LibTorch
+// implementation lives in engine/torch_backend.cpp; tests can substitute their own.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/value_check.h"
+
+namespace batchcheck {
+
+struct TensorMeta {
+  bool present = false;
+  std::vector<int64_t> shape;
+  std::string dtype;  // "float32", "int64", ...
+  bool floating = false;
+};
+
+struct DatasetInfo {
+  uint64_t samples = 0;
+  TensorMeta input, target;  // per-sample shapes (without the sample dimension)
+  bool has_targets = false;
+};
+
+struct ModelInfo {
+  std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
+  std::string kind;                            // "scripted" or "traced", when known
+};
+
+enum class Slot { Input, Output, Target };
+const char* to_string(Slot s);
+
+struct ForwardResult {
+  bool ok = false;
+  std::string error;     // one line: the exception's message without C++ backtrace
+  std::string location;  // TorchScript "File ..., line N" of the failing op, when known
+  std::string traceback; // the TorchScript traceback, when there is one
+};
+
+struct LossResult {
+  bool ok = false;
+  std::string error;
+  uint64_t elements = 0;
+  uint64_t nonfinite = 0;
+  double value = 0;  // the reduced loss (first element for reduction="none")
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DatasetInfo dataset() const = 0;
+  virtual ModelInfo model() const = 0;
+  // Reads these dataset indices as the current batch. Throws InputError for unreadable data.
+  virtual void load_batch(const std::vector<int64_t>& indices) = 0;
+  // Shapes and dtypes of the current batch's tensors (Output after a successful forward).
+  virtual TensorMeta meta(Slot slot) const = 0;
+  virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;
+  virtual ForwardResult forward() = 0;
+  virtual LossResult loss(const LossConfig& loss) = 0;
+  // The device the backend runs on ("cpu", "cuda:0").
+  virtual std::string device() const = 0;
+};
+
+}  // namespace batchcheck

@@ -1,0 +1,670 @@
+#include "core/scan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "core/contract.h"
+#include "core/errors.h"
+#include "core/factor.h"
+#include "core/findings.h"
+#include "core/suggest.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace {
+
+constexpr const char* kCudaBceInput = "Assertion `input_val >= zero && input_val <= one` failed.";
+constexpr const char* kCudaBceTarget = "Assertion `target_val >= zero && target_val <= one` failed.";
+constexpr const char* kCudaClass = "Assertion `t >= 0 && t < n_classes` failed.";
+constexpr const char* kCudaClassNone = "Assertion `cur_target >= 0 && cur_target < n_classes` failed.";
+constexpr const char* kCudaIndexSelect = "Assertion `srcIndex < srcSelectDimSize` failed.";
+constexpr const char* kCudaIndex = "Assertion `index >= -sizes[i] && index < sizes[i] && \"index out of bounds\"` failed.";
+constexpr const char* kCudaGather = "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.";
+
+bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+
+bool is_shape_error(const std::string& m) {
+  static const char* kPatterns[] = {"shape '[",
+                                    "is invalid for input of size",
+                                    "size mismatch",
+                                    "must match the size of tensor",
+                                    "shapes cannot be multiplied",
+                                    "Dimension out of range",
+                                    "Sizes of tensors must match",
+                                    "sizes of tensors must match",
+                                    "Expected input batch_size",
+                                    "doesn't match the broadcast shape",
+                                    "cannot reshape",
+                                    "Expected 4-dimensional input",
+                                    "Expected 3D",
+                                    "Expected 2D",
+                                    "expected input with shape",
+                                    "must have the same size",
+                                    "split_with_sizes",
+                                    "start (",
+                                    "out of range (expected to be in range of"};
+  for (const char* p : kPatterns) {
+    if (contains(m, p)) return true;
+  }
+  return false;
+}
+
+struct BatchContext {
+  std::optional<uint64_t> rank;
+  std::optional<uint64_t> batch;
+  bool probe = false;
+  const std::vector<int64_t>* indices = nullptr;
+  uint64_t size = 0;
+};
+
+struct BatchShapes {
+  uint64_t index = 0, size = 0;
+  TensorMeta input, output, target;
+};
+
+nlohmann::ordered_json shapes_json(const BatchShapes& b) {
+  auto shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };
+  return {{"index", b.index},
+          {"size", b.size},
+          {"input_shape", shape(b.input)},
+          {"output_shape", shape(b.output)},
+          {"target_shape", shape(b.target)}};
+}
+
+std::string count_text(const ValueStats& s) {
+  std::vector<std::string> parts;
+  if (s.nan) parts.push_back(plural(s.nan, "NaN", "NaNs"));
+  if (s.inf) parts.push_back(plural(s.inf, "Inf", "Infs"));
+  return join(parts, " and ");
+}
+
+std::string bounds_text(const ValueRule& r) {
+  return "[" + (r.lo ? format_number(*r.lo) : std::string("-inf")) + ", " +
+         (r.hi ? format_number(*r.hi) : std::string("inf")) + "]";
+}
+
+std::vector<double> finite_values(const std::vector<double>& v) { return v; }
+
+nlohmann::ordered_json stats_json(const ValueStats& s) {
+  nlohmann::ordered_json j = {{"elements", s.elements}, {"nan", s.nan}, {"inf", s.inf}};
+  j["min"] = std::isnan(s.min) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.min);
+  j["max"] = std::isnan(s.max) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.max);
+  if (s.below + s.above) {
+    j["out_of_range"] = s.below + s.above;
+    j["offending_values"] = finite_values(s.bad_values);
+  }
+  if (s.ignored) j["ignored"] = s.ignored;
+  j["bad_samples_in_batch"] = s.bad_rows_total;
+  return j;
+}
+
+class Scanner {
+ public:
+  Scanner(const Config& cfg, const ScanSettings& settings, Backend& backend, std::ostream& log)
+      : cfg_(cfg), settings_(settings), backend_(backend), log_(log) {}
+
+  ScanResult run(const OrderFn& order);
+
+ private:
+  void check_batch(const BatchContext& ctx);
+  void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
+              nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
+              const std::string& cuda_equivalent = "");
+  void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta);
+  void attach_fixes(Finding& f) const;
+  bool stop_requested() const { return settings_.stop && settings_.stop->load() != 0; }
+  void progress(uint64_t done, uint64_t total, bool final = false);
+
+  const Config& cfg_;
+  const ScanSettings& settings_;
+  Backend& backend_;
+  std::ostream& log_;
+  std::optional<BatchPlan> plan_;
+  std::vector<Finding> findings_;
+  std::map<std::tuple<std::string, int64_t, bool>, std::size_t> index_;
+  uint64_t largest_ok_batch_ = 0;
+  bool batch_has_error_ = false;
+  ModelInfo model_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+void Scanner::record(const BatchContext& ctx, const std::string& id, const std::string& stage,
+                     const std::string& message, nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows,
+                     uint64_t total_rows, const std::string& cuda_equivalent) {
+  batch_has_error_ = true;
+  auto key = std::make_tuple(id, ctx.rank ? static_cast<int64_t>(*ctx.rank) : -1, ctx.probe);
+  auto it = index_.find(key);
+  Finding* f;
+  if (it == index_.end()) {
+    index_[key] = findings_.size();
+    findings_.emplace_back();
+    f = &findings_.back();
+    f->id = id;
+    f->severity = Severity::Error;
+    f->rank = ctx.rank;
+    f->batch = ctx.batch;
+    f->probe = ctx.probe;
+    f->stage = stage;
+    f->message = message;
+    f->evidence = std::move(evidence);
+    f->evidence["batch_size"] = ctx.size;
+    f->cuda_equivalent = cuda_equivalent;
+  } else {
+    f = &findings_[it->second];
+  }
+  if (ctx.batch && (f->batches.empty() || f->batches.back() != *ctx.batch)) f->batches.push_back(*ctx.batch);
+  if (ctx.probe) {
+    auto& sizes = f->evidence["probe_batch_sizes"];
+    if (!sizes.is_array()) sizes = nlohmann::ordered_json::array();
+    sizes.push_back(ctx.size);
+  }
+  for (uint64_t r : rows) {
+    if (f->samples.size() >= kSampleCap) break;
+    int64_t idx = (*ctx.indices)[r];
+    if (std::find(f->samples.begin(), f->samples.end(), idx) == f->samples.end()) f->samples.push_back(idx);
+  }
+  f->count += total_rows;
+}
+
+void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta) {
+  ValueStats s = backend_.check(slot, rule);
+  if (s.ok()) return;
+  const LossType loss = cfg_.loss.type;
+  const bool nonfinite = s.nan + s.inf > 0;
+  const bool range = s.below + s.above > 0;
+  ValueStats nf = s, rg = s;
+  if (nonfinite && range) {
+    // Attribute each kind to its own samples.
+    ValueRule finite_only;
+    nf = backend_.check(slot, finite_only);
+    ValueRule range_only = rule;
+    range_only.finite = false;
+    rg = backend_.check(slot, range_only);
+  }
+  const std::string what = slot == Slot::Input ? "inputs" : slot == Slot::Output ? "predictions" : "targets";
+  const std::string prefix = slot == Slot::Input ? "input" : slot == Slot::Output ? "output" : "target";
+  const std::string stage = slot == Slot::Input ? "data" : slot == Slot::Output ? "output" : "target";
+  const std::string of_batch = " in " + plural(nonfinite && range ? nf.bad_rows_total : s.bad_rows_total, "sample") +
+                               " of a batch of " + std::to_string(ctx.size);
+  if (nonfinite) {
+    nlohmann::ordered_json ev = stats_json(nf);
+    ev["shape"] = meta.shape;
+    std::string cuda;
+    if (slot == Slot::Output && loss == LossType::Bce) {
+      cuda = kCudaBceInput;
+      ev["pytorch_cpu_error"] = "all elements of input should be between 0 and 1";
+    }
+    std::string msg = what + " hold " + count_text(nf) + of_batch;
+    if (slot == Slot::Output && loss == LossType::Bce) msg += "; NaN fails BCELoss's range check like an out-of-range value";
+    record(ctx, prefix + "-nonfinite", stage, msg, ev, nf.bad_rows, nf.bad_rows_total, cuda);
+  }
+  if (range) {
+    nlohmann::ordered_json ev = stats_json(rg);
+    ev["shape"] = meta.shape;
+    std::string cuda, msg;
+    if (rule.class_index) {
+      ev["classes"] = rule.classes;
+      if (rule.ignore_index) ev["ignore_index"] = *rule.ignore_index;
+      cuda = cfg_.loss.reduction == Reduction::None ? kCudaClassNone : kCudaClass;
+      std::vector<std::string> vals;
+      for (double v : rg.bad_values) vals.push_back(format_number(v));
+      msg = "class indices must lie in [0, " + std::to_string(rule.classes) + ")" +
+            (rule.ignore_index ? " or equal ignore_index " + std::to_string(*rule.ignore_index) : std::string()) +
+            "; found " + join(vals) + " (" + plural(rg.below + rg.above, "value") + " in " +
+            plural(rg.bad_rows_total, "sample") + ")";
+      if (!rg.bad_values.empty()) ev["pytorch_cpu_error"] = "Target " + format_number(rg.bad_values.front()) + " is out of bounds.";
+    } else {
+      std::string contract = slot == Slot::Output && loss == LossType::Nll ? " (log-probabilities for nll)"
+                             : (loss == LossType::Bce || loss == LossType::BceWithLogits) && !(slot == Slot::Output && loss == LossType::BceWithLogits)
+                                 ? std::string(" (") + to_string(loss) + ")"
+                                 : std::string();
+      msg = what + " must lie in " + bounds_text(rule) + contract + "; found min " + format_number(rg.min) + ", max " +
+            format_number(rg.max) + " (" + plural(rg.below + rg.above, "value") + " in " +
+            plural(rg.bad_rows_total, "sample") + ")";
+      if (slot == Slot::Output && loss == LossType::Bce) {
+        cuda = kCudaBceInput;
+        ev["pytorch_cpu_error"] = "all elements of input should be between 0 and 1";
+      }
+      if (slot == Slot::Target && (loss == LossType::Bce)) {
+        cuda = kCudaBceTarget;
+        ev["pytorch_cpu_error"] = "none in LibTorch 1.13: BCELoss silently computes a wrong loss";
+      }
+    }
+    record(ctx, prefix + "-out-of-range", stage, msg, ev, rg.bad_rows, rg.bad_rows_total, cuda);
+  }
+}
+
+void Scanner::check_batch(const BatchContext& ctx) {
+  batch_has_error_ = false;
+  backend_.load_batch(*ctx.indices);
+  const TensorMeta input = backend_.meta(Slot::Input);
+  if (auto rule = input_rule(input)) check_values(ctx, Slot::Input, *rule, input);
+
+  ForwardResult fwd = backend_.forward();
+  if (!fwd.ok) {
+    std::string id = classify_forward_error(fwd.error, ctx.size, largest_ok_batch_);
+    nlohmann::ordered_json ev = {{"error", fwd.error}};
+    if (!fwd.location.empty()) ev["location"] = fwd.location;
+    if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
+    if (largest_ok_batch_) ev["largest_ok_batch_size"] = largest_ok_batch_;
+    if (id == "batchnorm-single-value" && !model_.batchnorm_modules.empty()) {
+      ev["batchnorm_modules"] = model_.batchnorm_modules;
+    }
+    std::string cuda;
+    if (contains(fwd.error, "index out of range in self")) cuda = kCudaIndexSelect;
+    else if (contains(fwd.error, "out of bounds for dimension") && contains(fwd.error, "gather")) cuda = kCudaGather;
+    else if (contains(fwd.error, "out of bounds for dimension")) cuda = kCudaIndex;
+    std::string msg;
+    if (id == "batchnorm-single-value") {
+      msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
+    } else if (id == "hardcoded-batch-size") {
+      msg = "forward runs at batch size " + std::to_string(largest_ok_batch_) + " but fails at " +
+            std::to_string(ctx.size) + " with a shape error: " + fwd.error;
+    } else {
+      msg = "forward raised on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
+    }
+    std::vector<uint64_t> rows(ctx.size);
+    for (uint64_t i = 0; i < ctx.size; ++i) rows[i] = i;
+    record(ctx, id, "forward", msg, ev, rows, ctx.size, cuda);
+    return;
+  }
+  largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size);
+
+  const TensorMeta output = backend_.meta(Slot::Output);
+  const TensorMeta target = backend_.meta(Slot::Target);
+  ContractPlan plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size, output, target);
+  for (const auto& issue : plan.issues) {
+    std::vector<uint64_t> rows(ctx.size);
+    for (uint64_t i = 0; i < ctx.size; ++i) rows[i] = i;
+    std::string cuda;
+    record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence, rows,
+           ctx.size, cuda);
+  }
+  if (plan.output_rule) check_values(ctx, Slot::Output, *plan.output_rule, output);
+  if (plan.target_rule) check_values(ctx, Slot::Target, *plan.target_rule, target);
+  if (!plan.can_compute_loss || batch_has_error_) return;
+
+  LossResult loss = backend_.loss(cfg_.loss);
+  std::vector<uint64_t> all(ctx.size);
+  for (uint64_t i = 0; i < ctx.size; ++i) all[i] = i;
+  if (!loss.ok) {
+    record(ctx, "loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
+           {{"error", loss.error}}, all, ctx.size);
+  } else if (loss.nonfinite) {
+    std::string why;
+    if (plan.class_targets && cfg_.loss.reduction == Reduction::Mean) {
+      ValueRule rule = *plan.target_rule;
+      ValueStats t = backend_.check(Slot::Target, rule);
+      if (t.ignored == t.elements) {
+        why = ": every target equals ignore_index " + std::to_string(cfg_.loss.ignore_index) +
+              ", and the mean over zero elements is NaN";
+      }
+    }
+    record(ctx, "loss-nonfinite", "loss",
+           std::string(to_string(cfg_.loss.type)) + " loss is " + format_number(loss.value) + why,
+           {{"loss", std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value))},
+            {"nonfinite_elements", loss.nonfinite}},
+           all, ctx.size);
+  }
+}
+
+void Scanner::progress(uint64_t done, uint64_t total, bool final) {
+  if (!settings_.progress || settings_.verbosity < 0) return;
+  auto now = std::chrono::steady_clock::now();
+  if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  double elapsed = std::chrono::duration<double>(now - start_).count();
+  double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  const int width = 30;
+  int filled = total ? static_cast<int>(static_cast<double>(width) * static_cast<double>(done) / static_cast<double>(total)) : width;
+  std::ostringstream line;
+  line << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
+       << "] " << done << "/" << total << " batches";
+  if (!final) line << ", ETA " << static_cast<long long>(std::ceil(eta)) << "s ";
+  log_ << line.str() << (final ? "\n" : "") << std::flush;
+}
+
+ScanResult Scanner::run(const OrderFn& order) {
+  ScanResult result;
+  start_ = std::chrono::steady_clock::now();
+  const DatasetInfo data = backend_.dataset();
+  model_ = backend_.model();
+  LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
+  plan_.emplace(compute_geometry(spec), order(spec));
+  const Geometry& g = plan_->geometry();
+
+  std::vector<uint64_t> ranks;
+  if (settings_.rank) {
+    if (*settings_.rank >= spec.world_size) {
+      throw InputError("", "--rank", "rank " + std::to_string(*settings_.rank) + " does not exist with world_size " +
+                                         std::to_string(spec.world_size) + " (ranks are 0.." +
+                                         std::to_string(spec.world_size - 1) + ")");
+    }
+    ranks.push_back(*settings_.rank);
+  } else {
+    for (uint64_t r = 0; r < spec.world_size; ++r) ranks.push_back(r);
+  }
+
+  std::vector<uint64_t> batch_list;
+  if (g.batches_per_rank > 0) {
+    if (settings_.edges) {
+      batch_list.push_back(0);
+      if (g.batches_per_rank > 1) batch_list.push_back(g.batches_per_rank - 1);
+    } else {
+      uint64_t n = cfg_.checks.max_batches ? std::min(cfg_.checks.max_batches, g.batches_per_rank) : g.batches_per_rank;
+      for (uint64_t b = 0; b < n; ++b) batch_list.push_back(b);
+    }
+  }
+  const uint64_t total = batch_list.size() * ranks.size();
+  if (settings_.verbosity > 0) {
+    log_ << "batchcheck: " << data.samples << " samples, " << g.batches_per_rank << " batches per rank, checking "
+         << total << " batches on " << backend_.device() << "\n";
+  }
+
+  std::optional<BatchShapes> first, last;
+  uint64_t done = 0;
+  for (uint64_t rank : ranks) {
+    for (uint64_t b : batch_list) {
+      if (stop_requested()) {
+        result.complete = false;
+        break;
+      }
+      std::vector<int64_t> indices = plan_->batch_indices(rank, b);
+      BatchContext ctx{rank, b, false, &indices, indices.size()};
+      check_batch(ctx);
+      ++done;
+      if (rank == ranks.front()) {
+        BatchShapes s{b, indices.size(), backend_.meta(Slot::Input), backend_.meta(Slot::Output),
+                      backend_.meta(Slot::Target)};
+        if (!first) first = s;
+        last = s;
+      }
+      if (settings_.verbosity > 0) {
+        log_ << "rank " << rank << " batch " << b << " (" << indices.size() << " samples): "
+             << (batch_has_error_ ? "findings" : "ok") << "\n";
+      }
+      progress(done, total);
+    }
+    if (!result.complete) break;
+  }
+  if (total) progress(done, total, true);
+
+  // Probes: batches of the given sizes from the start of the dataset.
+  std::vector<Finding> replay = findings_;
+  if (result.complete) {
+    for (uint64_t size : cfg_.checks.probe_batch_sizes) {
+      if (size > data.samples || stop_requested()) continue;
+      std::vector<int64_t> indices(size);
+      for (uint64_t i = 0; i < size; ++i) indices[i] = static_cast<int64_t>(i);
+      BatchContext ctx{std::nullopt, std::nullopt, true, &indices, size};
+      check_batch(ctx);
+      if (settings_.verbosity > 0) {
+        log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
+      }
+    }
+    if (stop_requested()) result.complete = false;
+  }
+  // A probe that only repeats what the replay already found adds nothing.
+  std::vector<Finding> merged;
+  for (auto& f : findings_) {
+    if (f.probe && std::any_of(replay.begin(), replay.end(), [&](const Finding& r) { return r.id == f.id; })) continue;
+    merged.push_back(f);
+  }
+  findings_ = std::move(merged);
+
+  for (auto& f : geometry_findings(*plan_, ranks, cfg_.loss.type)) {
+    if (f.id == "tail-batch-singleton" && !model_.batchnorm_modules.empty()) {
+      f.message += "; the model has BatchNorm (" + model_.batchnorm_modules.front() +
+                   (model_.batchnorm_modules.size() > 1 ? " and " + std::to_string(model_.batchnorm_modules.size() - 1) + " more" : "") + ")";
+    }
+    findings_.push_back(std::move(f));
+  }
+  for (auto& f : findings_) {
+    if (f.fixes.empty()) attach_fixes(f);
+  }
+  std::stable_sort(findings_.begin(), findings_.end(), [](const Finding& a, const Finding& b) {
+    if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.probe != b.probe) return !a.probe;
+    return false;
+  });
+
+  // The report.
+  result.findings = findings_;
+  result.batches_checked = done;
+  result.failed = verdict_fails(findings_, settings_.fail_on);
+  nlohmann::ordered_json& r = result.report;
+  r["schema_version"] = 1;
+  r["tool"] = {{"name", "batchcheck"}, {"version", BATCHCHECK_VERSION}, {"libtorch", settings_.libtorch_version}};
+  r["config"] = cfg_.file;
+  r["complete"] = result.complete;
+  r["verdict"] = result.failed ? "fail" : "pass";
+  r["fail_on"] = to_string(settings_.fail_on);
+  r["device"] = backend_.device();
+  r["mode"] = to_string(cfg_.model.mode);
+  r["sync"] = cfg_.sync;
+  auto meta_shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };
+  auto meta_dtype = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.dtype) : nlohmann::ordered_json(); };
+  r["dataset"] = {{"samples", data.samples},
+                  {"input_shape", meta_shape(data.input)},
+                  {"input_dtype", meta_dtype(data.input)},
+                  {"target_shape", meta_shape(data.target)},
+                  {"target_dtype", meta_dtype(data.target)}};
+  r["geometry"] = {{"batch_size", spec.batch_size},
+                   {"drop_last", spec.drop_last},
+                   {"shuffle", spec.shuffle},
+                   {"seed", spec.seed},
+                   {"epoch", spec.epoch},
+                   {"world_size", spec.world_size},
+                   {"sampler_drop_last", spec.sampler_drop_last},
+                   {"samples_per_rank", g.samples_per_rank},
+                   {"batches_per_rank", g.batches_per_rank},
+                   {"last_batch_size", g.last_batch_size},
+                   {"padded_samples", g.padded_samples},
+                   {"dropped_samples", g.dropped_total()},
+                   {"accumulation_steps", spec.accumulation_steps}};
+  if (spec.accumulation_steps > 1) {
+    r["geometry"]["accumulation_windows"] = g.windows;
+    r["geometry"]["last_window_batches"] = g.last_window_batches;
+  }
+  r["batches"] = {{"checked", done},
+                  {"ranks", ranks},
+                  {"first", first ? shapes_json(*first) : nlohmann::ordered_json()},
+                  {"last", last ? shapes_json(*last) : nlohmann::ordered_json()}};
+  r["findings"] = nlohmann::ordered_json::array();
+  for (const auto& f : findings_) r["findings"].push_back(to_json(f));
+  SuggestRequest sr;
+  sr.samples = data.samples;
+  sr.batch_size = spec.batch_size;
+  sr.world_size = spec.world_size;
+  sr.sampler_drop_last = spec.sampler_drop_last;
+  Suggestion sug = suggest(sr);
+  nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
+  for (const auto& c : sug.nearest) {
+    sizes.push_back({{"batch_size", c.batch_size}, {"tail", c.tail}, {"batches", c.batches},
+                     {"dropped_with_drop_last", c.dropped_with_drop_last}});
+  }
+  r["suggestions"] = {{"batch_sizes", sizes},
+                      {"divisors", nearest_divisors(sug.divisors, spec.batch_size, 3)}};
+  nlohmann::ordered_json notes = nlohmann::ordered_json::array();
+  if (spec.shuffle && !cfg_.loader.seed_given) {
+    notes.push_back("shuffle without a seed: PyTorch draws a random seed each run, so the order is not reproducible; "
+                    "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
+  }
+  if (!result.complete) notes.push_back("the scan was interrupted: the report covers only the batches checked");
+  if (settings_.edges) notes.push_back("--edges: only the first and last batch of each rank and the probes were checked");
+  if (cfg_.checks.max_batches && !settings_.edges && cfg_.checks.max_batches < g.batches_per_rank) {
+    notes.push_back("max_batches: only the first " + std::to_string(cfg_.checks.max_batches) + " batches of each rank were checked");
+  }
+  r["notes"] = notes;
+  SeverityCounts c = count_severities(findings_);
+  r["summary"] = {{"errors", c.errors}, {"warnings", c.warnings}, {"infos", c.infos}};
+  return result;
+}
+
+void Scanner::attach_fixes(Finding& f) const {
+  const Geometry& g = plan_->geometry();
+  const uint64_t size = f.evidence.value("batch_size", uint64_t{0});
+  const bool small_batch = size > 0 && size < g.spec.batch_size;
+  const bool tail = f.batch && *f.batch + 1 == g.batches_per_rank && g.last_batch_size < g.spec.batch_size;
+  const LossType loss = cfg_.loss.type;
+  auto tail_fixes = [&] {
+    if (tail || (f.probe && small_batch)) {
+      f.fixes.push_back(fix_drop_last(g));
+      f.fixes.push_back(fix_batch_size_divisor(g));
+    }
+  };
+  std::string sample_list = join_ints(std::vector<int64_t>(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 8)));
+  Fix reproduce{"reproduce", "reproduce it in Python on the same samples",
+                "x = torch.stack([dataset[i][0] for i in [" + sample_list + "]]); model.train(" +
+                    (cfg_.model.mode == Mode::Train ? "True" : "False") + "); model(x)",
+                "", {}};
+  const std::string& id = f.id;
+  if (id == "batchnorm-single-value") {
+    tail_fixes();
+    f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
+                       "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm2d(num_channels)",
+                       "changes the architecture: retrain; independent of the batch size", {}});
+  } else if (id == "hardcoded-batch-size") {
+    f.fixes.push_back({"dynamic-batch-dim", "derive the batch dimension from the input",
+                       "x.view(x.size(0), -1)  # or x.flatten(1), instead of x.view(" + std::to_string(g.spec.batch_size) + ", -1)",
+                       "none: the model then runs at every batch size", {}});
+    if (size == 1) {
+      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()",
+                         "none", {}});
+    }
+    tail_fixes();
+  } else if (id == "batch-dim-mismatch") {
+    if (size == 1) {
+      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()",
+                         "none: a batch of one keeps its batch dimension", {}});
+    }
+    f.fixes.push_back({"dynamic-batch-dim", "derive the batch dimension from the input",
+                       "x.view(x.size(0), -1)  # instead of a fixed batch size", "none", {}});
+    tail_fixes();
+  } else if (id == "shape-mismatch") {
+    const auto& ts = f.evidence.value("target_shape", nlohmann::ordered_json());
+    const auto& os = f.evidence.value("output_shape", nlohmann::ordered_json());
+    f.fixes.push_back({"reshape-target", "make the target's shape match what the loss expects",
+                       os.is_array() && ts.is_array() && os.size() == ts.size() + 1 ? "target = target.unsqueeze(1)"
+                                                                                      : "target = target.view_as(prediction)",
+                       "check that the reshaped target still lines up sample by sample", {}});
+    if (size == 1) {
+      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()", "none", {}});
+    }
+    tail_fixes();
+  } else if (id == "output-nonfinite" || id == "output-out-of-range") {
+    if (loss == LossType::Bce) {
+      f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)",
+                         "nn.BCEWithLogitsLoss()  # model returns logits",
+                         "numerically stable; apply torch.sigmoid at inference", {}});
+    }
+    if (id == "output-out-of-range") {
+      if (loss == LossType::Nll) {
+        f.fixes.push_back({"log-softmax-output", "return log-probabilities", "F.log_softmax(logits, dim=1)",
+                           "or return logits and use cross_entropy", {}});
+      }
+      f.fixes.push_back({"clamp-predictions", "clamp predictions into the allowed range",
+                         loss == LossType::Bce ? "pred = pred.clamp(1e-7, 1 - 1e-7)" : "pred = pred.clamp(lo, hi)",
+                         "hides the cause; gradients vanish outside the range", {}});
+    }
+    tail_fixes();
+    f.fixes.push_back(reproduce);
+  } else if (id == "target-out-of-range") {
+    const auto& vals = f.evidence.value("offending_values", nlohmann::ordered_json::array());
+    if (loss == LossType::CrossEntropy || loss == LossType::Nll) {
+      std::string v = vals.empty() ? "255" : format_number(vals[0].get<double>());
+      f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
+                         std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") + "(ignore_index=" + v + ")",
+                         "samples or pixels labelled " + v + " stop contributing to the loss", {}});
+      f.fixes.push_back({"remap-labels", "map out-of-range labels to valid classes in the dataset",
+                         "target[target == " + v + "] = <class>", "changes the labels", {}});
+    } else {
+      double mx = f.evidence.value("max", 0.0);
+      if (mx > 1 && mx <= 255) {
+        f.fixes.push_back({"scale-targets", "scale 0..255 masks to 0..1", "target = target / 255.0",
+                           "none if the masks are 8-bit images", {}});
+      }
+      f.fixes.push_back({"clamp-targets", "clamp targets into the allowed range", "target = target.clamp(0, 1)",
+                         "hides label errors", {}});
+    }
+  } else if (id == "input-nonfinite" || id == "target-nonfinite") {
+    f.fixes.push_back({"clean-data", "remove or impute the samples with NaN/Inf",
+                       "np.isfinite(x.reshape(len(x), -1)).all(axis=1)  # keep mask",
+                       "fewer samples, or imputed values", {}});
+  } else if (id == "target-dtype") {
+    const bool cls = loss == LossType::CrossEntropy || loss == LossType::Nll;
+    f.fixes.push_back({"cast-target", cls ? "cast class indices to int64" : "cast targets to the prediction's dtype",
+                       cls ? "target = target.long()" : "target = target.to(prediction.dtype)", "none", {}});
+  } else if (id == "loss-nonfinite") {
+    if (contains(f.message, "ignore_index")) {
+      f.fixes.push_back({"ignore-index-mean", "avoid batches whose targets are all ignored",
+                         "loss = loss_sum / max(valid_count, 1)  # reduction='sum' then divide",
+                         "changes the weighting of small batches", {}});
+    }
+    tail_fixes();
+    f.fixes.push_back(reproduce);
+  } else {
+    tail_fixes();
+    f.fixes.push_back(reproduce);
+  }
+}
+
+}  // namespace
+
+std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch) {
+  if (contains(message, "Expected more than 1 value per channel when training")) return "batchnorm-single-value";
+  if (largest_ok_batch > batch_size && is_shape_error(message)) return "hardcoded-batch-size";
+  return "forward-error";
+}
+
+ScanResult run_scan(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order,
+                    std::ostream& log) {
+  Scanner s(cfg, settings, backend, log);
+  return s.run(order);
+}
+
+std::string format_summary(const ScanResult& result) {
+  const auto& r = result.report;
+  std::ostringstream out;
+  const auto& b = r["batches"];
+  out << "batchcheck: " << r["config"].get<std::string>() << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
+      << " on " << r["device"].get<std::string>() << " (" << r["mode"].get<std::string>() << " mode)"
+      << (result.complete ? "" : ", INTERRUPTED") << "\n";
+  auto line = [&](const char* name, const nlohmann::ordered_json& s) {
+    if (s.is_null()) return;
+    auto shape = [](const nlohmann::ordered_json& j) { return j.is_null() ? std::string("-") : j.dump(); };
+    out << "  " << name << " batch " << s["index"] << ": " << plural(s["size"].get<uint64_t>(), "sample") << ", input " << shape(s["input_shape"])
+        << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
+  };
+  line("first", b["first"]);
+  if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
+  for (const auto& f : result.findings) {
+    out << to_string(f.severity) << ": " << f.id;
+    if (f.probe) out << " (probe)";
+    if (f.batch) out << " at batch " << *f.batch;
+    if (f.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *f.rank;
+    if (!f.samples.empty()) {
+      std::vector<int64_t> head(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 5));
+      out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
+    }
+    out << "\n    " << f.message << "\n";
+    if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
+    for (const auto& fix : f.fixes) {
+      out << "    fix " << fix.id << ": " << (fix.code.empty() ? fix.title : fix.code);
+      if (!fix.tradeoff.empty()) out << "  (" << fix.tradeoff << ")";
+      out << "\n";
+    }
+  }
+  const auto& s = r["summary"];
+  out << "verdict: " << r["verdict"].get<std::string>() << " (" << plural(s["errors"].get<uint64_t>(), "error") << ", "
+      << plural(s["warnings"].get<uint64_t>(), "warning") << ", " << plural(s["infos"].get<uint64_t>(), "info")
+      << "; --fail-on " << r["fail_on"].get<std::string>() << ")\n";
+  return out.str();
+}
+
+}  // namespace batchcheck

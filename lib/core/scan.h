@@ -1,0 +1,53 @@
+#pragma once
+// The scan: replays every batch of every rank through a Backend, checks it against
+// the loss contract, aggregates findings with their fixes and builds the report.
+// Torch-free: the Backend does the tensor work.
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/geometry.h"
+#include "core/report.h"
+
+namespace batchcheck {
+
+struct ScanSettings {
+  FailOn fail_on = FailOn::Error;
+  bool edges = false;            // only the first and last batch of each rank, plus probes
+  std::optional<uint64_t> rank;  // only this rank
+  int verbosity = 0;             // -1 quiet, 0 normal, 1 verbose
+  bool progress = false;         // draw a progress line (stderr is a terminal)
+  std::string libtorch_version;
+  // Set asynchronously (by a signal handler): stop after the current batch.
+  const std::atomic<int>* stop = nullptr;
+};
+
+struct ScanResult {
+  nlohmann::ordered_json report;
+  std::vector<Finding> findings;
+  bool failed = false;
+  bool complete = true;
+  uint64_t batches_checked = 0;
+};
+
+// Produces the sampler order for a loader spec (engine/permutation.h in production).
+using OrderFn = std::function<std::vector<int64_t>(const LoaderSpec&)>;
+
+ScanResult run_scan(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order,
+                    std::ostream& log);
+
+// What forward failure this is: batchnorm-single-value, hardcoded-batch-size or forward-error.
+// largest_ok_batch is the largest batch size whose forward succeeded so far (0 if none).
+std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch);
+
+// The human summary printed on stderr after a scan.
+std::string format_summary(const ScanResult& result);
+
+}  // namespace batchcheck

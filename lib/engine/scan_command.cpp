@@ -1,0 +1,136 @@
+#include "engine/scan_command.h"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "core/errors.h"
+#include "core/scan.h"
+#include "engine/info.h"
+#include "engine/permutation.h"
+#include "engine/torch_backend.h"
+
+namespace batchcheck {
+
+namespace {
+
+std::atomic<int> g_stop{0};
+
+extern "C" void on_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) {
+    // Second signal: the user insists. No report; exit at once.
+    std::_Exit(128 + sig);
+  }
+}
+
+class SignalScope {
+ public:
+  explicit SignalScope(bool active) : active_(active) {
+    g_stop = 0;
+    if (!active_) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalScope() {
+    if (!active_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  bool active_;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+}  // namespace
+
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " does not exist");
+  if (fs::is_directory(p, ec)) throw InputError(path, "", "cannot write the report: it is a directory");
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " is not writable");
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(tmp);
+      throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    std::filesystem::remove(tmp);
+    throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(e));
+  }
+}
+
+ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
+  Config cfg = load_config(cmd.config_path);
+  const bool to_file = cmd.output_path && *cmd.output_path != "-";
+  if (to_file) check_writable(*cmd.output_path);
+
+  // Command-line flags override the config.
+  if (cmd.device) {
+    if (!valid_device(*cmd.device)) {
+      throw InputError("", "--device", "unknown device \"" + *cmd.device + "\" (expected cpu, cuda, cuda:N or auto)");
+    }
+    cfg.device = *cmd.device;
+  }
+  if (cmd.mode) cfg.model.mode = *cmd.mode;
+  if (cmd.max_batches) cfg.checks.max_batches = *cmd.max_batches;
+
+  BackendOptions bo;
+  bo.device = cfg.device;
+  bo.mode = cfg.model.mode;
+  bo.sync = cfg.sync;
+  bo.threads = cmd.threads;
+  auto backend = make_torch_backend(cfg, bo);
+
+  ScanSettings settings;
+  settings.fail_on = cmd.fail_on;
+  settings.edges = cmd.edges;
+  settings.rank = cmd.rank;
+  settings.verbosity = cmd.verbosity;
+  settings.progress = cmd.progress;
+  settings.libtorch_version = libtorch_version();
+  settings.stop = &g_stop;
+
+  ScanResult result;
+  {
+    SignalScope signals(cmd.handle_signals);
+    result = run_scan(cfg, settings, *backend, sampler_order, err);
+  }
+  ScanOutcome outcome;
+  outcome.failed = result.failed;
+  outcome.complete = result.complete;
+  outcome.signal = g_stop.load();
+
+  const std::string text = result.report.dump(2) + "\n";
+  if (to_file) {
+    write_file_atomically(*cmd.output_path, text);
+  } else {
+    out << text << std::flush;
+  }
+  if (cmd.verbosity >= 0) err << format_summary(result);
+  return outcome;
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,23 @@
+#pragma once
+// The LibTorch Backend: TorchScript model, npy/pt data, forward, value checks, loss.
+// No torch types in this header: callers stay cheap to compile.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/backend.h"
+#include "core/config.h"
+
+namespace batchcheck {
+
+struct BackendOptions {
+  std::string device = "cpu";  // cpu, cuda, cuda:N, auto
+  Mode mode = Mode::Train;
+  bool sync = true;
+  std::optional<uint64_t> threads;
+};
+
+// Loads the model and opens the data. Throws InputError for unusable files.
+std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options);
+
+}  // namespace batchcheck
