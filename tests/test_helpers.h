@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-namespace batchcheck::testing {
+namespace batchcheck::test_util {
 
 struct CommandResult {
   int status = -1;
@@ -44,4 +44,4 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-}  // namespace batchcheck::testing
+}  // namespace batchcheck::test_util

@@ -9,8 +9,8 @@
 #include "test_helpers.h"
 
 using namespace batchcheck;
-using batchcheck::testing::python_torch_available;
-using batchcheck::testing::run_command;
+using batchcheck::test_util::python_torch_available;
+using batchcheck::test_util::run_command;
 
 TEST(Oracle, BatchPlanMatchesPyTorchIndexForIndex) {
   if (!python_torch_available()) {

@@ -13,6 +13,8 @@ namespace {
 
 torch::jit::Module build(const ModuleSpec& spec) {
   torch::jit::Module m(c10::QualifiedName("__torch__.batchcheck." + spec.type_name));
+  // Every nn.Module has it; Module::train()/eval() set it, and forward code may read it.
+  m.register_attribute("training", c10::BoolType::get(), true);
   for (const auto& p : spec.params) {
     int64_t n = 1;
     for (auto d : p.shape) n *= d;

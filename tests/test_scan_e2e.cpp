@@ -1,0 +1,423 @@
+// End to end: one small setup per finding id of SPEC.md, made with TorchScript models
+// defined in C++ and .npy data, scanned through the same run_cli() main() uses.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "core/npy.h"
+#include "engine/fixtures.h"
+#include "test_helpers.h"
+
+using namespace batchcheck;
+using Json = nlohmann::json;
+
+namespace {
+
+struct ScanRun {
+  int code = -1;
+  Json report;
+  std::string err;
+};
+
+class Workspace {
+ public:
+  explicit Workspace(const std::string& tag) : dir_(tag) {}
+
+  // Inputs (n, f) float32 with values from `fill(i, j)`.
+  template <typename F>
+  Workspace& inputs(uint64_t n, uint64_t f, F fill) {
+    std::vector<float> v(n * f);
+    for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t j = 0; j < f; ++j) v[i * f + j] = fill(i, j);
+    }
+    write_npy(dir_.file("x.npy"), NpyDtype::Float32, {n, f}, v.data());
+    return *this;
+  }
+  Workspace& inputs(uint64_t n, uint64_t f) {
+    return inputs(n, f, [](uint64_t i, uint64_t j) { return 0.1f * static_cast<float>((i * 7 + j * 3) % 10); });
+  }
+  Workspace& float_targets(const std::vector<float>& v, std::vector<uint64_t> shape = {}) {
+    if (shape.empty()) shape = {v.size(), 1};
+    write_npy(dir_.file("y.npy"), NpyDtype::Float32, shape, v.data());
+    has_targets_ = true;
+    return *this;
+  }
+  Workspace& class_targets(const std::vector<int64_t>& v) {
+    write_npy(dir_.file("y.npy"), NpyDtype::Int64, {v.size()}, v.data());
+    has_targets_ = true;
+    return *this;
+  }
+  Workspace& model(const std::string& source, std::vector<ParamSpec> params = {}, std::vector<std::pair<std::string, ModuleSpec>> children = {}) {
+    save_module(dir_.file("m.pt"), ModuleSpec{"Net", source, std::move(params), std::move(children)});
+    return *this;
+  }
+  Workspace& loader(const std::string& json) {
+    loader_ = json;
+    return *this;
+  }
+  Workspace& loss(const std::string& json) {
+    loss_ = json;
+    return *this;
+  }
+  Workspace& checks(const std::string& json) {
+    checks_ = json;
+    return *this;
+  }
+
+  std::string file(const std::string& name) const { return dir_.file(name); }
+
+  ScanRun scan(std::vector<std::string> flags = {}) {
+    std::ofstream(dir_.file("cfg.json")) << "{\"model\": {\"path\": \"m.pt\"}, \"data\": {\"inputs\": \"x.npy\""
+                                         << (has_targets_ ? ", \"targets\": \"y.npy\"" : "") << "}, \"loader\": " << loader_
+                                         << ", \"loss\": " << loss_ << ", \"checks\": " << checks_ << "}";
+    std::vector<std::string> args = {"scan", dir_.file("cfg.json"), "-o", dir_.file("report.json"), "-q"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::ostringstream out, err;
+    ScanRun r;
+    r.code = run_cli(args, out, err);
+    r.err = err.str();
+    std::ifstream in(dir_.file("report.json"));
+    if (in) r.report = Json::parse(in);
+    return r;
+  }
+
+ private:
+  test_util::TempDir dir_;
+  bool has_targets_ = false;
+  std::string loader_ = R"({"batch_size": 4})";
+  std::string loss_ = R"({"type": "mse"})";
+  std::string checks_ = R"({"probe_batch_sizes": []})";
+};
+
+const char* kSumModel = "def forward(self, x):\n    return x.sum(1, keepdim=True)\n";
+
+std::vector<Json> with_id(const Json& report, const std::string& id) {
+  std::vector<Json> out;
+  for (const auto& f : report["findings"]) {
+    if (f["id"] == id) out.push_back(f);
+  }
+  return out;
+}
+
+// Exactly one finding with this id; returns it.
+Json one(const ScanRun& r, const std::string& id) {
+  auto fs = with_id(r.report, id);
+  EXPECT_EQ(fs.size(), 1u) << id << " in " << r.report["findings"].dump(1) << r.err;
+  return fs.empty() ? Json() : fs[0];
+}
+
+void expect_finding(const Json& f, const std::string& severity, Json batch, std::vector<int64_t> samples, Json rank = 0) {
+  ASSERT_FALSE(f.is_null());
+  EXPECT_EQ(f["severity"], severity) << f.dump(1);
+  EXPECT_EQ(f["batch"], batch) << f.dump(1);
+  EXPECT_EQ(f["rank"], rank) << f.dump(1);
+  EXPECT_EQ(f["samples"].get<std::vector<int64_t>>(), samples) << f.dump(1);
+  if (severity != "info") {
+    EXPECT_FALSE(f["fixes"].empty()) << f.dump(1);
+  }
+}
+
+std::vector<float> zeros(std::size_t n) { return std::vector<float>(n, 0.0f); }
+
+}  // namespace
+
+TEST(ScanE2E, CleanSetupPasses) {
+  Workspace s("clean");
+  auto r = s.inputs(8, 3).float_targets(zeros(8)).model(kSumModel).scan();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.report["verdict"], "pass");
+  EXPECT_TRUE(r.report["findings"].empty()) << r.report["findings"].dump(1);
+  EXPECT_EQ(r.report["batches"]["checked"], 2);
+  EXPECT_EQ(r.report["batches"]["last"]["output_shape"], Json({4, 1}));
+  EXPECT_EQ(r.report["dataset"]["input_shape"], Json({3}));
+  EXPECT_EQ(r.report["summary"], Json({{"errors", 0}, {"warnings", 0}, {"infos", 0}}));
+}
+
+TEST(ScanE2E, TailBatchPartial) {
+  Workspace s("partial");
+  auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).scan();
+  EXPECT_EQ(r.code, 0);
+  expect_finding(one(r, "tail-batch-partial"), "info", 2, {8, 9});
+}
+
+TEST(ScanE2E, TailBatchSingleton) {
+  Workspace s("singleton");
+  auto r = s.inputs(9, 3).float_targets(zeros(9)).model(kSumModel).scan();
+  EXPECT_EQ(r.code, 0) << "a warning does not fail at --fail-on error";
+  expect_finding(one(r, "tail-batch-singleton"), "warning", 2, {8});
+  EXPECT_EQ(s.scan({"--fail-on", "warning"}).code, 1);
+}
+
+TEST(ScanE2E, EmptyLoader) {
+  Workspace s("empty");
+  auto r = s.inputs(3, 3).float_targets(zeros(3)).model(kSumModel).loader(R"({"batch_size": 4, "drop_last": true})").scan();
+  EXPECT_EQ(r.code, 1);
+  expect_finding(one(r, "empty-loader"), "error", nullptr, {});
+  EXPECT_EQ(r.report["batches"]["checked"], 0);
+}
+
+TEST(ScanE2E, SamplesDropped) {
+  Workspace s("dropped");
+  auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).loader(R"({"batch_size": 4, "drop_last": true})").scan();
+  EXPECT_EQ(r.code, 0);
+  Json f = one(r, "samples-dropped");
+  expect_finding(f, "info", nullptr, {8, 9});
+  EXPECT_EQ(f["count"], 2);
+}
+
+TEST(ScanE2E, SamplerPaddingAcrossRanks) {
+  Workspace s("padding");
+  auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).loader(R"({"batch_size": 2, "world_size": 4})").scan();
+  EXPECT_EQ(r.code, 0);
+  Json f = one(r, "sampler-padding");
+  expect_finding(f, "warning", 1, {0, 1});
+  EXPECT_EQ(f["ranks"], Json({0, 1, 2, 3}));
+  EXPECT_EQ(r.report["batches"]["checked"], 8);  // 4 ranks x 2 batches
+  EXPECT_EQ(r.report["geometry"]["samples_per_rank"], 3);
+  // --rank restricts the replay to one rank.
+  auto r2 = s.scan({"--rank", "2"});
+  EXPECT_EQ(r2.report["batches"]["checked"], 2);
+  EXPECT_EQ(r2.report["batches"]["ranks"], Json({2}));
+  auto bad = s.scan({"--rank", "4"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "batchcheck: error: --rank: rank 4 does not exist with world_size 4 (ranks are 0..3)\n");
+}
+
+TEST(ScanE2E, AccumulationPartialWindow) {
+  Workspace s("accum");
+  auto r = s.inputs(12, 3).float_targets(zeros(12)).model(kSumModel).loader(R"({"batch_size": 2, "accumulation_steps": 4})").scan();
+  Json f = one(r, "accumulation-partial-window");
+  expect_finding(f, "warning", 4, {});
+  EXPECT_EQ(f["batches"], Json({4, 5}));
+}
+
+TEST(ScanE2E, InputNonfinite) {
+  Workspace s("input_nan");
+  auto r = s.inputs(8, 3, [](uint64_t i, uint64_t j) { return i == 5 && j == 1 ? NAN : 0.5f; })
+               .float_targets(zeros(8))
+               .model(kSumModel)
+               .scan();
+  EXPECT_EQ(r.code, 1);
+  expect_finding(one(r, "input-nonfinite"), "error", 1, {5});
+}
+
+TEST(ScanE2E, TargetNonfinite) {
+  Workspace s("target_nan");
+  std::vector<float> y = zeros(8);
+  y[2] = INFINITY;
+  auto r = s.inputs(8, 3).float_targets(y).model(kSumModel).scan();
+  expect_finding(one(r, "target-nonfinite"), "error", 0, {2});
+}
+
+TEST(ScanE2E, TargetOutOfRangeClassIndex) {
+  Workspace s("label_oob");
+  std::vector<int64_t> y = {0, 1, 2, 0, 1, 2, 255, 0};
+  auto r = s.inputs(8, 3).class_targets(y).model("def forward(self, x):\n    return x * 2.0\n").loss(R"({"type": "cross_entropy"})").scan();
+  EXPECT_EQ(r.code, 1);
+  Json f = one(r, "target-out-of-range");
+  expect_finding(f, "error", 1, {6});
+  EXPECT_EQ(f["cuda_equivalent"], "Assertion `t >= 0 && t < n_classes` failed.");
+  EXPECT_EQ(f["evidence"]["pytorch_cpu_error"], "Target 255 is out of bounds.");
+  EXPECT_EQ(f["fixes"][0]["id"], "ignore-index");
+  EXPECT_EQ(f["fixes"][0]["code"], "nn.CrossEntropyLoss(ignore_index=255)");
+  // With ignore_index=255 the same data is clean.
+  auto ok = s.loss(R"({"type": "cross_entropy", "ignore_index": 255})").scan();
+  EXPECT_EQ(ok.code, 0) << ok.report["findings"].dump(1);
+}
+
+TEST(ScanE2E, TargetOutOfRangeBce) {
+  Workspace s("bce_target");
+  std::vector<float> y = {0, 1, 0, 255, 0, 1, 0, 1};
+  auto r = s.inputs(8, 3, [](uint64_t, uint64_t) { return 0.1f; })
+               .float_targets(y)
+               .model(kSumModel)
+               .loss(R"({"type": "bce"})")
+               .scan();
+  Json f = one(r, "target-out-of-range");
+  expect_finding(f, "error", 0, {3});
+  EXPECT_EQ(f["cuda_equivalent"], "Assertion `target_val >= zero && target_val <= one` failed.");
+  EXPECT_EQ(f["fixes"][0]["id"], "scale-targets");
+}
+
+TEST(ScanE2E, TargetDtype) {
+  Workspace s("dtype");
+  auto r = s.inputs(8, 3, [](uint64_t, uint64_t) { return 0.1f; })
+               .class_targets({0, 1, 0, 1, 0, 1, 0, 1})
+               .model("def forward(self, x):\n    return x.sum(1)\n")
+               .loss(R"({"type": "bce"})")
+               .scan();
+  Json f = one(r, "target-dtype");
+  expect_finding(f, "error", 0, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(f["batches"], Json({0, 1}));
+  EXPECT_NE(f["message"].get<std::string>().find("Found dtype Long but expected Float"), std::string::npos);
+}
+
+TEST(ScanE2E, ForwardErrorWithSourceLocation) {
+  Workspace s("index");
+  auto r = s.inputs(8, 1, [](uint64_t i, uint64_t) { return i == 5 ? 7.0f : 1.0f; })
+               .float_targets(zeros(8))
+               .model("def forward(self, x):\n    idx = x.long().view(-1)\n    return torch.index_select(self.table, 0, idx)\n",
+                      {{"table", {5, 1}, {0, 1, 2, 3, 4}}})
+               .scan();
+  Json f = one(r, "forward-error");
+  expect_finding(f, "error", 1, {4, 5, 6, 7});
+  EXPECT_EQ(f["cuda_equivalent"], "Assertion `srcIndex < srcSelectDimSize` failed.");
+  EXPECT_NE(f["evidence"]["error"].get<std::string>().find("index out of range in self"), std::string::npos) << f.dump(1);
+  EXPECT_NE(f["evidence"]["location"].get<std::string>().find("line 3"), std::string::npos) << f.dump(1);
+}
+
+TEST(ScanE2E, BatchNormSingleValue) {
+  ModuleSpec bn{"BatchNorm1d",
+                // What F.batch_norm's _verify_batch_size raises (C++-defined modules have no ValueError).
+                "def forward(self, x):\n"
+                "    assert not (self.training and x.size(0) == 1), "
+                "'Expected more than 1 value per channel when training, got input size [1, 3]'\n"
+                "    return x\n",
+                {},
+                {}};
+  Workspace s("bn");
+  s.inputs(9, 3).float_targets(zeros(9)).model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", bn}});
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  Json f = one(r, "batchnorm-single-value");
+  expect_finding(f, "error", 2, {8});
+  EXPECT_EQ(f["evidence"]["batchnorm_modules"], Json({"bn"}));
+  std::vector<std::string> fixes;
+  for (const auto& x : f["fixes"]) fixes.push_back(x["id"]);
+  EXPECT_EQ(fixes, (std::vector<std::string>{"drop-last", "batch-size-divisor", "groupnorm-instead-of-batchnorm"}));
+  EXPECT_NE(one(r, "tail-batch-singleton")["message"].get<std::string>().find("BatchNorm (bn)"), std::string::npos);
+  // In eval mode BatchNorm uses running statistics: the same model passes.
+  EXPECT_EQ(s.scan({"--mode", "eval"}).code, 0);
+}
+
+TEST(ScanE2E, ProbeExposesASmallBatchFailureTheLoaderNeverDelivers) {
+  ModuleSpec bn{"BatchNorm1d",
+                // What F.batch_norm's _verify_batch_size raises (C++-defined modules have no ValueError).
+                "def forward(self, x):\n"
+                "    assert not (self.training and x.size(0) == 1), "
+                "'Expected more than 1 value per channel when training, got input size [1, 3]'\n"
+                "    return x\n",
+                {},
+                {}};
+  Workspace s("probe");
+  s.inputs(8, 3).float_targets(zeros(8)).model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", bn}});
+  s.checks(R"({"probe_batch_sizes": [1, 2]})");
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  Json f = one(r, "batchnorm-single-value");
+  EXPECT_EQ(f["probe"], true);
+  EXPECT_EQ(f["batch"], nullptr);
+  EXPECT_EQ(f["rank"], nullptr);
+  EXPECT_EQ(f["evidence"]["probe_batch_sizes"], Json({1}));
+}
+
+TEST(ScanE2E, HardcodedBatchSize) {
+  Workspace s("view");
+  auto r = s.inputs(10, 3).float_targets(zeros(10)).model("def forward(self, x):\n    return x.view(4, -1).sum(1, keepdim=True)\n").scan();
+  Json f = one(r, "hardcoded-batch-size");
+  expect_finding(f, "error", 2, {8, 9});
+  EXPECT_EQ(f["fixes"][0]["id"], "dynamic-batch-dim");
+  EXPECT_EQ(f["evidence"]["largest_ok_batch_size"], 4);
+}
+
+TEST(ScanE2E, BatchDimMismatchFromSqueeze) {
+  Workspace s("squeeze");
+  auto r = s.inputs(9, 3).float_targets(zeros(9), {9}).model("def forward(self, x):\n    return x.sum(1, keepdim=True).squeeze()\n").scan();
+  Json f = one(r, "batch-dim-mismatch");
+  expect_finding(f, "error", 2, {8});
+  EXPECT_EQ(f["fixes"][0]["id"], "explicit-squeeze-dim");
+}
+
+TEST(ScanE2E, ShapeMismatch) {
+  Workspace s("shape");
+  auto r = s.inputs(8, 3).float_targets(zeros(8), {8}).model(kSumModel).loss(R"({"type": "bce_with_logits"})").scan();
+  Json f = one(r, "shape-mismatch");
+  expect_finding(f, "error", 0, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_NE(f["message"].get<std::string>().find("Target size (torch.Size([4])) must be the same as input size (torch.Size([4, 1]))"),
+            std::string::npos)
+      << f.dump(1);
+}
+
+TEST(ScanE2E, OutputNonfinite) {
+  Workspace s("out_nan");
+  auto r = s.inputs(8, 1, [](uint64_t i, uint64_t) { return i == 3 ? -1.0f : 1.0f; })
+               .float_targets(zeros(8))
+               .model("def forward(self, x):\n    return torch.log(x)\n")
+               .scan();
+  expect_finding(one(r, "output-nonfinite"), "error", 0, {3});
+}
+
+TEST(ScanE2E, OutputOutOfRangeForBce) {
+  Workspace s("out_range");
+  auto r = s.inputs(8, 1, [](uint64_t i, uint64_t) { return i == 2 ? 1.5f : 0.5f; })
+               .float_targets(zeros(8))
+               .model("def forward(self, x):\n    return x\n")
+               .loss(R"({"type": "bce"})")
+               .scan();
+  Json f = one(r, "output-out-of-range");
+  expect_finding(f, "error", 0, {2});
+  EXPECT_EQ(f["cuda_equivalent"], "Assertion `input_val >= zero && input_val <= one` failed.");
+  EXPECT_EQ(f["fixes"][0]["id"], "bce-with-logits");
+  EXPECT_EQ(f["evidence"]["max"], 1.5);
+}
+
+TEST(ScanE2E, OutputRangeFromChecks) {
+  Workspace s("out_range_cfg");
+  auto r = s.inputs(8, 1, [](uint64_t i, uint64_t) { return static_cast<float>(i); })
+               .model("def forward(self, x):\n    return x\n")
+               .loss(R"({"type": "none"})")
+               .checks(R"({"output_range": [0, 5], "probe_batch_sizes": []})")
+               .scan();
+  Json f = one(r, "output-out-of-range");
+  expect_finding(f, "error", 1, {6, 7});
+  EXPECT_EQ(r.report["dataset"]["target_shape"], nullptr);
+}
+
+TEST(ScanE2E, LossNonfiniteWhenEveryTargetIsIgnored) {
+  Workspace s("all_ignored");
+  auto r = s.inputs(8, 3)
+               .class_targets({0, 1, 2, 0, -100, -100, -100, -100})
+               .model("def forward(self, x):\n    return x\n")
+               .loss(R"({"type": "cross_entropy"})")
+               .scan();
+  Json f = one(r, "loss-nonfinite");
+  expect_finding(f, "error", 1, {4, 5, 6, 7});
+  EXPECT_NE(f["message"].get<std::string>().find("every target equals ignore_index -100"), std::string::npos) << f.dump(1);
+}
+
+TEST(ScanE2E, LossError) {
+  Workspace s("loss_error");
+  auto r = s.inputs(8, 3)
+               .class_targets({0, 1, 2, 0, 1, 2, 0, 1})
+               .model("def forward(self, x):\n    return x\n")
+               .loss(R"({"type": "cross_entropy", "weight": [1, 2]})")
+               .scan();
+  Json f = one(r, "loss-error");
+  expect_finding(f, "error", 0, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_NE(f["message"].get<std::string>().find("weight tensor should be defined either for all 3 classes"), std::string::npos);
+}
+
+TEST(ScanE2E, EdgesAndMaxBatches) {
+  Workspace s("edges");
+  s.inputs(41, 3).float_targets(zeros(41)).model(kSumModel);
+  auto edges = s.scan({"--edges"});
+  EXPECT_EQ(edges.report["batches"]["checked"], 2);
+  EXPECT_EQ(edges.report["batches"]["last"]["index"], 10);
+  auto some = s.scan({"--max-batches", "3"});
+  EXPECT_EQ(some.report["batches"]["checked"], 3);
+}
+
+TEST(ScanE2E, ReportToStdoutAndSummaryToStderr) {
+  Workspace s("stdout");
+  s.inputs(9, 3).float_targets(zeros(9)).model(kSumModel).scan();
+  std::ostringstream out, err;
+  int code = run_cli({"scan", s.file("cfg.json")}, out, err);
+  EXPECT_EQ(code, 0) << err.str();
+  Json report = Json::parse(out.str());
+  EXPECT_EQ(report["schema_version"], 1);
+  EXPECT_NE(err.str().find("warning: tail-batch-singleton at batch 2, samples [8]"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("verdict: pass"), std::string::npos);
+}
