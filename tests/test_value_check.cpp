@@ -1,0 +1,77 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/value_check.h"
+
+using namespace batchcheck;
+
+TEST(ValueCheck, CleanDataTakesTheFastPath) {
+  std::vector<float> v = {0.0f, 0.5f, 1.0f, 0.25f};
+  ValueRule r;
+  r.lo = 0.0;
+  r.hi = 1.0;
+  ValueStats s = check_values(v.data(), 2, 2, r);
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.min, 0.0);
+  EXPECT_EQ(s.max, 1.0);
+  EXPECT_TRUE(s.bad_rows.empty());
+}
+
+TEST(ValueCheck, NanInfAndRangeAreCountedPerRow) {
+  std::vector<float> v = {0.5f, NAN, 0.1f, 0.2f, 1.5f, -INFINITY, 0.3f, 0.4f};
+  ValueRule r;
+  r.lo = 0.0;
+  r.hi = 1.0;
+  ValueStats s = check_values(v.data(), 4, 2, r);
+  EXPECT_EQ(s.nan, 1u);
+  EXPECT_EQ(s.inf, 1u);
+  EXPECT_EQ(s.above, 1u);
+  EXPECT_EQ(s.below, 0u);
+  EXPECT_EQ(s.bad_rows, (std::vector<uint64_t>{0, 2}));
+  EXPECT_EQ(s.bad_rows_total, 2u);
+  EXPECT_EQ(s.bad_values, std::vector<double>{1.5});
+  EXPECT_EQ(s.min, 0.1f);
+  EXPECT_EQ(s.max, 1.5f);
+}
+
+TEST(ValueCheck, InfinityAloneIsNonFinite) {
+  std::vector<double> v = {1.0, INFINITY};
+  ValueStats s = check_values(v.data(), 2, 1, ValueRule{});
+  EXPECT_EQ(s.inf, 1u);
+  EXPECT_EQ(s.bad_rows, std::vector<uint64_t>{1});
+  EXPECT_EQ(s.max, 1.0);
+}
+
+TEST(ValueCheck, NonFiniteIgnoredWhenNotAsked) {
+  std::vector<float> v = {NAN, 2.0f};
+  ValueRule r;
+  r.finite = false;
+  r.hi = 1.0;
+  ValueStats s = check_values(v.data(), 2, 1, r);
+  EXPECT_EQ(s.nan, 0u);
+  EXPECT_EQ(s.above, 1u);
+  EXPECT_EQ(s.bad_rows, std::vector<uint64_t>{1});
+}
+
+TEST(ValueCheck, ClassIndicesWithIgnoreIndex) {
+  std::vector<int64_t> v = {0, 9, 255, -100, -1, 3};
+  ValueRule r;
+  r.class_index = true;
+  r.classes = 10;
+  r.ignore_index = -100;
+  ValueStats s = check_values(v.data(), 6, 1, r);
+  EXPECT_EQ(s.above, 1u);
+  EXPECT_EQ(s.below, 1u);
+  EXPECT_EQ(s.ignored, 1u);
+  EXPECT_EQ(s.bad_rows, (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(s.bad_values, (std::vector<double>{255, -1}));
+  r.ignore_index = 255;
+  EXPECT_EQ(check_values(v.data(), 6, 1, r).bad_rows, (std::vector<uint64_t>{3, 4}));
+}
+
+TEST(ValueCheck, EmptyTensor) {
+  ValueStats s = check_values(static_cast<const float*>(nullptr), 0, 0, ValueRule{});
+  EXPECT_TRUE(s.ok());
+  EXPECT_TRUE(std::isnan(s.min));
+}
