@@ -1,6 +1,9 @@
 #include "engine/fixtures.h"
 
 #include <torch/script.h>
+#include <torch/serialize.h>
+
+#include <fstream>
 
 #include <cmath>
 #include <filesystem>
@@ -46,6 +49,26 @@ float Lcg::normal() {
 }
 
 void save_module(const std::string& path, const ModuleSpec& spec) { build(spec).save(path); }
+
+void save_pt(const std::string& path, const std::vector<PtEntry>& entries, bool as_tuple) {
+  auto value = [](const PtEntry& e) -> c10::IValue {
+    if (!e.is_tensor) return c10::IValue(int64_t{7});
+    return at::zeros(e.shape);
+  };
+  c10::IValue root;
+  if (as_tuple) {
+    std::vector<c10::IValue> items;
+    for (const auto& e : entries) items.push_back(value(e));
+    root = c10::ivalue::Tuple::create(std::move(items));
+  } else {
+    c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& e : entries) dict.insert(e.key, value(e));
+    root = dict;
+  }
+  std::vector<char> bytes = torch::pickle_save(root);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 void generate_samples(const std::string& dir) {
   std::filesystem::create_directories(dir);

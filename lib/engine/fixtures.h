@@ -23,6 +23,18 @@ struct ModuleSpec {
 // Defines the module and writes it with torch.jit.save's format.
 void save_module(const std::string& path, const ModuleSpec& spec);
 
+// One value of a torch.save'd dict: a float32 zero tensor of `shape`, or (is_tensor false)
+// the integer 7, for files that are not what batchcheck expects.
+struct PtEntry {
+  std::string key;
+  std::vector<int64_t> shape;
+  bool is_tensor = true;
+};
+
+// Writes what Python's torch.save({key: value, ...}) writes (the zip format); as_tuple
+// writes a tuple of the values instead of a dict.
+void save_pt(const std::string& path, const std::vector<PtEntry>& entries, bool as_tuple = false);
+
 // A deterministic stream of pseudo-random numbers (xorshift64*): the same bytes on
 // every machine, independent of LibTorch's generators.
 class Lcg {
