@@ -115,6 +115,8 @@ std::vector<BadInput> catalogue() {
       {"unknown loss type", cfg(replace(kGood, "\"mse\"", "\"bce_logit\"")), 2,
        e + "cfg.json: loss.type: unknown value \"bce_logit\"; did you mean \"bce_with_logits\"?"},
       {"missing model.path", cfg(replace(kGood, "{\"path\": \"m.pt\"}", "{}")), 2, e + "cfg.json: model.path: missing required key"},
+      {"number overflow (found by fuzz_config)", cfg(replace(kGood, "\"batch_size\": 4", "\"batch_size\": 4444422e2222")), 2,
+       e + "cfg.json: 1:103: number overflow parsing '4444422e2222'"},
       {"missing loader", cfg(replace(kGood, ", \"loader\": {\"batch_size\": 4}", "")), 2, e + "cfg.json: loader: missing required key"},
       // --- model ---
       {"model missing", on_valid([](Workspace& w) { std::filesystem::remove(w.file("m.pt")); }), 2,

@@ -163,6 +163,9 @@ TEST(ConfigErrors, ExactMessages) {
       {"{\n  \"model\": {\"path\": \"m.pt\"},\n}",
        "batchcheck: error: cfg.json: 3:1: syntax error while parsing object key - unexpected '}'; expected string literal"},
       {"not json", "batchcheck: error: cfg.json: 1:2: syntax error while parsing value - invalid literal; last read: 'no'"},
+      // Found by fuzz_config: nlohmann throws out_of_range, not parse_error, for this.
+      {"{\n  \"loader\": {\"batch_size\": 1e99999}}",
+       "batchcheck: error: cfg.json: 2:28: number overflow parsing '1e99999'"},
   };
   for (const auto& c : cases) EXPECT_EQ(error_of(c.text), c.expected) << c.text;
 }

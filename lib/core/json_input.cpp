@@ -52,6 +52,20 @@ json parse_json_text(const std::string& display_path, const std::string& text) {
   } catch (const json::parse_error& e) {
     auto [line, col] = line_column(text, e.byte);
     throw InputError(display_path, std::to_string(line) + ":" + std::to_string(col), strip_parse_prefix(e.what()));
+  } catch (const json::exception& e) {
+    // e.g. out_of_range 406, "number overflow parsing '1e99999'": no position is given,
+    // so locate the quoted token in the text.
+    std::string msg = strip_parse_prefix(e.what());
+    std::string where;
+    auto q1 = msg.find('\''), q2 = msg.rfind('\'');
+    if (q1 != std::string::npos && q2 > q1) {
+      auto pos = text.find(msg.substr(q1 + 1, q2 - q1 - 1));
+      if (pos != std::string::npos) {
+        auto [line, col] = line_column(text, pos + 1);
+        where = std::to_string(line) + ":" + std::to_string(col);
+      }
+    }
+    throw InputError(display_path, where, msg);
   }
 }
 
