@@ -6,18 +6,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+# The closing line sums every ctest run: "tests: N passed, M failed".
+summary() {
+  local total failed
+  total=$(grep -oE 'tests failed out of [0-9]+' "$LOG" | awk '{s += $5} END {print s + 0}')
+  failed=$(grep -oE '[0-9]+ tests failed out of' "$LOG" | awk '{s += $1} END {print s + 0}')
+  echo "tests: $((total - failed)) passed, $failed failed"
+}
+
 echo "== build and test (build/)" >&2
 scripts/build.sh -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2)
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2) | tee -a "$LOG"
 
-if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then exit 0; fi
+if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then
+  summary
+  exit 0
+fi
 
 echo "== ASan + UBSan build and test (build-asan/)" >&2
 # No suppressions are needed with Debian's LibTorch 1.13: leaks and UB reports fail the run.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 BUILD_DIR=build-asan scripts/build.sh -DENABLE_SANITIZERS=ON -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
-(cd build-asan && ctest --output-on-failure -j 2)
+(cd build-asan && ctest --output-on-failure -j 2) | tee -a "$LOG"
 
 echo "== fuzzers (build-fuzz/)" >&2
 scripts/fuzz.sh
+summary

@@ -346,3 +346,11 @@ TEST(ScanE2E, ReportToStdoutAndSummaryToStderr) {
   EXPECT_NE(err.str().find("warning: tail-batch-singleton at batch 2, samples [8]"), std::string::npos) << err.str();
   EXPECT_NE(err.str().find("verdict: pass"), std::string::npos);
 }
+
+TEST(ScanE2E, ReportToDevNullLeavesTheDeviceAlone) {
+  Workspace s("devnull");
+  s.inputs(8, 3).float_targets(zeros(8)).model(kSumModel).write_config();
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-o", "/dev/null", "-q"}, out, err), 0) << err.str();
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}

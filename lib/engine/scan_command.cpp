@@ -64,6 +64,16 @@ void check_writable(const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    // /dev/null, a FIFO, a terminal: renaming over it would replace the device node.
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
+    return;
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

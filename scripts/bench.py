@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The performance harness of issue 5. Runs, side by side on this machine:
+  (a) batchcheck scan, (b) the bare LibTorch loop (the floor), (c) the Python replay,
+on the P1 (tabular) and P2 (segmentation) workloads, and prints whole-process wall time,
+CPU time and peak RSS (median of --runs), the ratios and the targets.
+Needs no torch itself; program (c) runs with /usr/bin/python3 and python3-torch.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measure(cmd, runs):
+    """Median wall (s), CPU (s), peak RSS (MB) of `cmd` over `runs` runs."""
+    walls, cpus, rss = [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        err = proc.stderr.read().decode(errors="replace")
+        code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 1):
+            sys.exit(f"bench: {' '.join(cmd)} exited {code}:\n{err}")
+        walls.append(wall)
+        cpus.append(usage.ru_utime + usage.ru_stime)
+        rss.append(usage.ru_maxrss / 1024.0)
+    return statistics.median(walls), statistics.median(cpus), statistics.median(rss)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "bench-data"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-python", action="store_true", help="skip program (c)")
+    args = ap.parse_args()
+
+    scan = os.path.join(args.build, "app", "batchcheck")
+    bare = os.path.join(args.build, "bench", "bench_bare_loop")
+    replay = os.path.join(ROOT, "bench", "python_replay.py")
+    subprocess.run([os.path.join(args.build, "bench", "bench_make_workloads"), args.data], check=True)
+
+    rows = {}
+    for w in ["p1", "p2"]:
+        cfg = os.path.join(args.data, w, "config.json")
+        rows[(w, "scan")] = measure([scan, "scan", cfg, "-q"], args.runs)
+        rows[(w, "bare")] = measure([bare, cfg], args.runs)
+        if not args.no_python:
+            rows[(w, "python")] = measure(["/usr/bin/python3", replay, cfg], args.runs)
+    p2 = os.path.join(args.data, "p2", "config.json")
+    rows[("p2", "scan --edges")] = measure([scan, "scan", p2, "-q", "--edges"], args.runs)
+    rows[("p2", "scan 1 batch")] = measure([scan, "scan", p2, "-q", "--max-batches", "1"], args.runs)
+    rows[("p2x4", "scan")] = measure([scan, "scan", os.path.join(args.data, "p2x4", "config.json"), "-q"], max(1, args.runs // 2))
+    rows[("-", "suggest 2^64-59")] = measure([scan, "suggest", "--samples", str(2**64 - 59), "--batch-size", "64"], args.runs)
+
+    print(f"{'workload':10} {'program':18} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}")
+    for (w, prog), (wall, cpu, mb) in rows.items():
+        print(f"{w:10} {prog:18} {wall:8.3f} {cpu:8.3f} {mb:8.1f}")
+
+    print("\ntargets (issue 5):")
+    ok_all = True
+
+    def target(name, value, limit, fmt="{:.3f}"):
+        nonlocal ok_all
+        ok = value <= limit
+        ok_all = ok_all and ok
+        print(f"  {'PASS' if ok else 'MISS'}  {name}: {fmt.format(value)} (<= {fmt.format(limit)})")
+
+    for w in ["p1", "p2"]:
+        target(f"{w} scan / bare loop (wall)", rows[(w, "scan")][0] / rows[(w, "bare")][0], 1.10)
+    if not args.no_python:
+        target("p1 scan / python replay (wall)", rows[("p1", "scan")][0] / rows[("p1", "python")][0], 0.45)
+        target("p2 scan / python replay (wall)", rows[("p2", "scan")][0] / rows[("p2", "python")][0], 0.85)
+    # --edges (first + last batch + the default probe) against start-up plus three batches:
+    # "scan 1 batch" is start-up + one batch + the probe; a batch costs (full - that) / 187.
+    one = rows[("p2", "scan 1 batch")][0]
+    per_batch = (rows[("p2", "scan")][0] - one) / 187.0
+    target("p2 --edges wall (s) vs start-up + 3 batches", rows[("p2", "scan --edges")][0], one + 1 * per_batch)
+    target("peak RSS p2x4 - p2 (MB)", rows[("p2x4", "scan")][2] - rows[("p2", "scan")][2], 50.0, "{:.1f}")
+    target("suggest 2^64-59 whole process (ms)", rows[("-", "suggest 2^64-59")][0] * 1000, 50.0, "{:.1f}")
+    sys.exit(0 if ok_all else 1)
+
+
+if __name__ == "__main__":
+    main()
