@@ -7,8 +7,9 @@
 #include "core/errors.h"
 #include "core/suggest.h"
 #include "core/text.h"
-#include "engine/info.h"
+#include "core/info.h"
 #include "engine/scan_command.h"
+#include "scan_entry.h"
 
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.edges = a.edges;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
   cmd.progress = interactive;
-  ScanOutcome o = scan_command(cmd, out, err);
+  ScanOutcome o = run_scan_entry(cmd, out, err);
   if (!o.complete && o.signal) return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
   return o.failed ? 1 : 0;
 }

@@ -1,11 +1,14 @@
 // The floor: the same batches through the same model with nothing else. Load the model,
 // read each batch's rows from the .npy files (the reader batchcheck uses), forward.
-// No checks, no loss, no report. Usage: bench_bare_loop CONFIG.json
+// No checks, no loss, no report. Usage: bench_bare_loop CONFIG.json [--tuned]
+// --tuned applies the same allocator setting batchcheck uses, so that the ratio
+// scan / bare-tuned isolates what the checks, the loss and the report cost.
 #include <torch/script.h>
 
 #include <filesystem>
 #include <iostream>
 
+#include "core/allocator.h"
 #include "core/config.h"
 #include "core/geometry.h"
 #include "core/npy.h"
@@ -13,10 +16,11 @@
 using namespace batchcheck;
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: bench_bare_loop CONFIG.json\n";
+  if (argc < 2 || argc > 3) {
+    std::cerr << "usage: bench_bare_loop CONFIG.json [--tuned]\n";
     return 2;
   }
+  if (argc == 3 && std::string(argv[2]) == "--tuned") tune_allocator_for_batches();
   Config cfg = load_config(argv[1]);
   NpyFile inputs(cfg.data.inputs, cfg.data.inputs);
   auto module = torch::jit::load(cfg.model.path);

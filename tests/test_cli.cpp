@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "test_helpers.h"
 
 using namespace batchcheck;
 
@@ -93,4 +94,28 @@ TEST(Cli, HelpAndVersion) {
   CliRun v = cli({"--version"});
   EXPECT_EQ(v.code, 0);
   EXPECT_EQ(v.out.rfind("batchcheck 0.1.0 (LibTorch 1.13", 0), 0u) << v.out;
+}
+
+// The installed shape: the binary loads libbatchcheck_scan.so for `scan` only.
+TEST(Binary, ScanGoesThroughTheLoadableModule) {
+  const std::string bin = BATCHCHECK_BINARY_DIR "/app/batchcheck";
+  auto missing = batchcheck::test_util::run_command(bin + " scan /nonexistent/cfg.json 2>&1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.output, "batchcheck: error: /nonexistent/cfg.json: cannot read: No such file or directory\n");
+  auto clean = batchcheck::test_util::run_command(bin + " scan " BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json -q");
+  EXPECT_EQ(clean.status, 0);
+  EXPECT_EQ(nlohmann::ordered_json::parse(clean.output)["verdict"], "pass");
+  auto seed = batchcheck::test_util::run_command(bin + " scan " BATCHCHECK_SOURCE_DIR "/sample_configs/segmentation_tail.json -q");
+  EXPECT_EQ(seed.status, 1);
+  auto report = nlohmann::ordered_json::parse(seed.output);
+  EXPECT_EQ(report["findings"][0]["id"], "output-nonfinite");
+  EXPECT_EQ(report["findings"][0]["batch"], 130);
+  EXPECT_EQ(report["findings"][0]["samples"], nlohmann::ordered_json({1040}));
+  EXPECT_EQ(report["summary"], nlohmann::ordered_json({{"errors", 1}, {"warnings", 1}, {"infos", 0}}));
+}
+
+TEST(Binary, SuggestDoesNotLoadLibTorch) {
+  auto ldd = batchcheck::test_util::run_command("ldd " BATCHCHECK_BINARY_DIR "/app/batchcheck");
+  ASSERT_EQ(ldd.status, 0);
+  EXPECT_EQ(ldd.output.find("libtorch"), std::string::npos) << ldd.output;
 }

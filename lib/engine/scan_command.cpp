@@ -8,9 +8,10 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "core/allocator.h"
 #include "core/errors.h"
 #include "core/scan.h"
-#include "engine/info.h"
+#include "core/info.h"
 #include "engine/permutation.h"
 #include "engine/torch_backend.h"
 
@@ -93,6 +94,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
+  tune_allocator_for_batches();
   Config cfg = load_config(cmd.config_path);
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
   if (to_file) check_writable(*cmd.output_path);

@@ -1,0 +1,26 @@
+// The entry point of libbatchcheck_scan.so, loaded by the batchcheck binary for `scan`.
+// Nothing is thrown across the module boundary: errors come back as plain data.
+#include <exception>
+#include <ostream>
+#include <string>
+
+#include "core/errors.h"
+#include "engine/scan_command.h"
+#include "engine/scan_module.h"
+
+extern "C" __attribute__((visibility("default"))) int batchcheck_scan_v1(const batchcheck::ScanCommand* cmd,
+                                                                          std::ostream* out, std::ostream* err,
+                                                                          batchcheck::ScanModuleResult* result) {
+  try {
+    result->outcome = batchcheck::scan_command(*cmd, *out, *err);
+    return batchcheck::kScanModuleOk;
+  } catch (const batchcheck::InputError& e) {
+    result->file = e.file();
+    result->where = e.where();
+    result->what = e.detail();
+    return batchcheck::kScanModuleInputError;
+  } catch (const std::exception& e) {
+    result->what = e.what();
+    return batchcheck::kScanModuleInternalError;
+  }
+}

@@ -1,0 +1,20 @@
+#pragma once
+// The ABI between the batchcheck binary and libbatchcheck_scan.so (see app/scan_lazy.cpp).
+#include <string>
+
+#include "engine/scan_command.h"
+
+namespace batchcheck {
+
+struct ScanModuleResult {
+  ScanOutcome outcome;
+  std::string file, where, what;  // the InputError, or the internal error's message
+};
+
+constexpr int kScanModuleOk = 0;
+constexpr int kScanModuleInputError = 2;
+constexpr int kScanModuleInternalError = 3;
+constexpr const char* kScanModuleSymbol = "batchcheck_scan_v1";
+using ScanModuleFn = int (*)(const ScanCommand*, std::ostream*, std::ostream*, ScanModuleResult*);
+
+}  // namespace batchcheck
