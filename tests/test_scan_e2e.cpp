@@ -239,6 +239,26 @@ TEST(ScanE2E, ProbeExposesASmallBatchFailureTheLoaderNeverDelivers) {
   EXPECT_EQ(f["evidence"]["probe_batch_sizes"], Json({1}));
 }
 
+TEST(ScanE2E, TracedBatchNormTurnsRunningVarNanWithoutRaising) {
+  // What torch.jit.trace records for nn.BatchNorm1d: the ATen op, without the Python
+  // check that raises on one value per channel.
+  ModuleSpec bn{"BatchNorm1d",
+                "def forward(self, x):\n"
+                "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+                "                            self.training, 0.1, 1e-5, False)\n",
+                {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}}, {"running_var", {3}, {1, 1, 1}}},
+                {}};
+  Workspace s("traced_bn");
+  s.inputs(9, 3).float_targets(zeros(9)).model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", bn}});
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  Json f = one(r, "batchnorm-single-value");
+  expect_finding(f, "error", 2, {8});
+  EXPECT_EQ(f["evidence"]["nonfinite_running_stats"], true);
+  EXPECT_EQ(f["evidence"]["batchnorm_modules"], Json({"bn"}));
+  EXPECT_EQ(s.scan({"--mode", "eval"}).code, 0);
+}
+
 TEST(ScanE2E, HardcodedBatchSize) {
   Workspace s("view");
   auto r = s.inputs(10, 3).float_targets(zeros(10)).model("def forward(self, x):\n    return x.view(4, -1).sum(1, keepdim=True)\n").scan();

@@ -62,6 +62,10 @@ class Backend {
   virtual LossResult loss(const LossConfig& loss) = 0;
   // The device the backend runs on ("cpu", "cuda:0").
   virtual std::string device() const = 0;
+  // BatchNorm modules whose running statistics are not finite now (after a forward in
+  // train mode). A traced model runs BatchNorm on one value per channel without the
+  // Python check that raises, and its running_var silently turns NaN.
+  virtual std::vector<std::string> nonfinite_batchnorm_stats() { return {}; }
 };
 
 }  // namespace batchcheck

@@ -117,6 +117,7 @@ class Scanner {
               const std::string& cuda_equivalent = "");
   void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta);
   void attach_fixes(Finding& f) const;
+  void check_batchnorm_stats(const BatchContext& ctx);
   bool stop_requested() const { return settings_.stop && settings_.stop->load() != 0; }
   void progress(uint64_t done, uint64_t total, bool final = false);
 
@@ -130,6 +131,7 @@ class Scanner {
   uint64_t largest_ok_batch_ = 0;
   bool batch_has_error_ = false;
   ModelInfo model_;
+  std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
@@ -274,6 +276,9 @@ void Scanner::check_batch(const BatchContext& ctx) {
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size);
+  if (cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size == 1) {
+    check_batchnorm_stats(ctx);
+  }
 
   const TensorMeta output = backend_.meta(Slot::Output);
   const TensorMeta target = backend_.meta(Slot::Target);
@@ -313,6 +318,24 @@ void Scanner::check_batch(const BatchContext& ctx) {
   }
 }
 
+void Scanner::check_batchnorm_stats(const BatchContext& ctx) {
+  // Only a batch of one can give BatchNorm a single value per channel; NaN statistics
+  // stay NaN, so only modules that were finite before this batch count.
+  std::vector<std::string> fresh;
+  for (const auto& name : backend_.nonfinite_batchnorm_stats()) {
+    if (std::find(bad_batchnorm_.begin(), bad_batchnorm_.end(), name) == bad_batchnorm_.end()) {
+      fresh.push_back(name);
+      bad_batchnorm_.push_back(name);
+    }
+  }
+  if (fresh.empty()) return;
+  record(ctx, "batchnorm-single-value", "forward",
+         "BatchNorm saw one value per channel in train mode on a batch of 1 sample and raised nothing "
+         "(a traced model loses PyTorch's check), but its running_var became NaN: every evaluation after "
+         "this epoch returns NaN",
+         {{"batchnorm_modules", fresh}, {"nonfinite_running_stats", true}}, {0}, 1);
+}
+
 void Scanner::progress(uint64_t done, uint64_t total, bool final) {
   if (!settings_.progress || settings_.verbosity < 0) return;
   auto now = std::chrono::steady_clock::now();
@@ -334,6 +357,7 @@ ScanResult Scanner::run(const OrderFn& order) {
   start_ = std::chrono::steady_clock::now();
   const DatasetInfo data = backend_.dataset();
   model_ = backend_.model();
+  bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   plan_.emplace(compute_geometry(spec), order(spec));
   const Geometry& g = plan_->geometry();

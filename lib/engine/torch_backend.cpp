@@ -298,6 +298,23 @@ class TorchBackend : public Backend {
 
   std::string device() const override { return device_.str(); }
 
+  std::vector<std::string> nonfinite_batchnorm_stats() override {
+    std::vector<std::string> out;
+    for (const auto& m : module_.named_modules()) {
+      auto type = m.value.type()->name();
+      if (!type || type->qualifiedName().find("BatchNorm") == std::string::npos) continue;
+      for (const char* attr : {"running_mean", "running_var"}) {
+        if (!m.value.hasattr(attr)) continue;
+        c10::IValue v = m.value.attr(attr);
+        if (v.isTensor() && v.toTensor().defined() && !at::isfinite(v.toTensor()).all().item<bool>()) {
+          out.push_back(m.name.empty() ? "<root>" : m.name);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
  private:
   void pick_device() {
     std::string d = opt_.device;
