@@ -15,22 +15,27 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measure(cmd, runs):
-    """Median wall (s), CPU (s), peak RSS (MB) of `cmd` over `runs` runs."""
-    walls, cpus, rss = [], [], []
+def run_once(cmd):
+    """Wall (s), CPU (s), peak RSS (MB) of one run of `cmd`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace")
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        sys.exit(f"bench: {' '.join(cmd)} exited {code}:\n{err}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
+
+
+def measure_together(cmds, runs):
+    """Runs the commands round-robin (so that drift in a shared machine's speed hits all
+    alike) and returns, per command, the median wall, CPU and peak RSS."""
+    samples = {name: [] for name in cmds}
     for _ in range(runs):
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        err = proc.stderr.read().decode(errors="replace")
-        code = os.waitstatus_to_exitcode(status)
-        if code not in (0, 1):
-            sys.exit(f"bench: {' '.join(cmd)} exited {code}:\n{err}")
-        walls.append(wall)
-        cpus.append(usage.ru_utime + usage.ru_stime)
-        rss.append(usage.ru_maxrss / 1024.0)
-    return statistics.median(walls), statistics.median(cpus), statistics.median(rss)
+        for name, cmd in cmds.items():
+            samples[name].append(run_once(cmd))
+    return {name: tuple(statistics.median(x[i] for x in s) for i in range(3)) for name, s in samples.items()}
 
 
 def main():
@@ -49,16 +54,17 @@ def main():
     rows = {}
     for w in ["p1", "p2"]:
         cfg = os.path.join(args.data, w, "config.json")
-        rows[(w, "scan")] = measure([scan, "scan", cfg, "-q"], args.runs)
-        rows[(w, "bare")] = measure([bare, cfg], args.runs)
-        rows[(w, "bare --tuned")] = measure([bare, cfg, "--tuned"], args.runs)
+        cmds = {(w, "scan"): [scan, "scan", cfg, "-q"], (w, "bare"): [bare, cfg], (w, "bare --tuned"): [bare, cfg, "--tuned"]}
         if not args.no_python:
-            rows[(w, "python")] = measure(["/usr/bin/python3", replay, cfg], args.runs)
+            cmds[(w, "python")] = ["/usr/bin/python3", replay, cfg]
+        rows.update(measure_together(cmds, args.runs))
     p2 = os.path.join(args.data, "p2", "config.json")
-    rows[("p2", "scan --edges")] = measure([scan, "scan", p2, "-q", "--edges"], args.runs)
-    rows[("p2", "scan 1 batch")] = measure([scan, "scan", p2, "-q", "--max-batches", "1"], args.runs)
-    rows[("p2x4", "scan")] = measure([scan, "scan", os.path.join(args.data, "p2x4", "config.json"), "-q"], max(1, args.runs // 2))
-    rows[("-", "suggest 2^64-59")] = measure([scan, "suggest", "--samples", str(2**64 - 59), "--batch-size", "64"], args.runs)
+    rows.update(measure_together({("p2", "scan --edges"): [scan, "scan", p2, "-q", "--edges"],
+                                  ("p2", "scan 1 batch"): [scan, "scan", p2, "-q", "--max-batches", "1"]}, args.runs))
+    rows.update(measure_together({("p2x4", "scan"): [scan, "scan", os.path.join(args.data, "p2x4", "config.json"), "-q"]},
+                                 max(1, args.runs // 2)))
+    rows.update(measure_together({("-", "suggest 2^64-59"): [scan, "suggest", "--samples", str(2**64 - 59), "--batch-size", "64"]},
+                                 args.runs))
 
     print(f"{'workload':10} {'program':18} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}")
     for (w, prog), (wall, cpu, mb) in rows.items():

@@ -75,3 +75,27 @@ TEST(ValueCheck, EmptyTensor) {
   EXPECT_TRUE(s.ok());
   EXPECT_TRUE(std::isnan(s.min));
 }
+
+// Long enough for the vectorized pass (8 lanes) and its scalar tail: every position of
+// a violation inside a lane, and in the tail, must be found.
+TEST(ValueCheck, VectorizedPassMatchesAtEveryLanePosition) {
+  for (std::size_t n : {7u, 8u, 9u, 64u, 1001u}) {
+    for (std::size_t pos = 0; pos < n; pos += (n > 64 ? 97 : 1)) {
+      for (float bad : {NAN, INFINITY, -INFINITY, 1.5f, -0.5f}) {
+        std::vector<float> v(n, 0.5f);
+        v[pos] = bad;
+        ValueRule r;
+        r.lo = 0.0;
+        r.hi = 1.0;
+        ValueStats s = check_values(v.data(), n, 1, r);
+        ASSERT_EQ(s.violations(), 1u) << "n=" << n << " pos=" << pos << " value=" << bad;
+        ASSERT_EQ(s.bad_rows, std::vector<uint64_t>{pos});
+        ASSERT_EQ(s.min, std::isfinite(bad) ? std::min(0.5, static_cast<double>(bad)) : 0.5);
+        // Without bounds, only NaN/Inf are violations.
+        ValueStats f = check_values(v.data(), n, 1, ValueRule{});
+        ASSERT_EQ(f.violations(), std::isfinite(bad) ? 0u : 1u) << "n=" << n << " pos=" << pos;
+        ASSERT_EQ(f.max, std::isfinite(bad) ? std::max(0.5, static_cast<double>(bad)) : 0.5);
+      }
+    }
+  }
+}

@@ -55,6 +55,9 @@ class Backend {
   virtual ModelInfo model() const = 0;
   // Reads these dataset indices as the current batch. Throws InputError for unreadable data.
   virtual void load_batch(const std::vector<int64_t>& indices) = 0;
+  // A hint: the batch after the current one. A backend may read it (and check its inputs)
+  // while the current batch runs; load_batch() with the same indices then takes it.
+  virtual void prefetch(const std::vector<int64_t>& /*indices*/) {}
   // Shapes and dtypes of the current batch's tensors (Output after a successful forward).
   virtual TensorMeta meta(Slot slot) const = 0;
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;

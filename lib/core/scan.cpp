@@ -111,7 +111,7 @@ class Scanner {
   ScanResult run(const OrderFn& order);
 
  private:
-  void check_batch(const BatchContext& ctx);
+  void check_batch(const BatchContext& ctx, const std::vector<int64_t>* next = nullptr);
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
@@ -241,9 +241,10 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
   }
 }
 
-void Scanner::check_batch(const BatchContext& ctx) {
+void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
   batch_has_error_ = false;
   backend_.load_batch(*ctx.indices);
+  if (next) backend_.prefetch(*next);
   const TensorMeta input = backend_.meta(Slot::Input);
   if (auto rule = input_rule(input)) check_values(ctx, Slot::Input, *rule, input);
 
@@ -392,15 +393,24 @@ ScanResult Scanner::run(const OrderFn& order) {
 
   std::optional<BatchShapes> first, last;
   uint64_t done = 0;
-  for (uint64_t rank : ranks) {
-    for (uint64_t b : batch_list) {
+  std::vector<int64_t> indices, next;
+  for (std::size_t ri = 0; ri < ranks.size(); ++ri) {
+    const uint64_t rank = ranks[ri];
+    for (std::size_t bi = 0; bi < batch_list.size(); ++bi) {
+      const uint64_t b = batch_list[bi];
       if (stop_requested()) {
         result.complete = false;
         break;
       }
-      std::vector<int64_t> indices = plan_->batch_indices(rank, b);
+      indices = done == 0 ? plan_->batch_indices(rank, b) : std::move(next);
+      // The batch after this one, so the backend can read it during this forward.
+      const bool more = bi + 1 < batch_list.size() || ri + 1 < ranks.size();
+      if (more) {
+        next = bi + 1 < batch_list.size() ? plan_->batch_indices(rank, batch_list[bi + 1])
+                                          : plan_->batch_indices(ranks[ri + 1], batch_list.front());
+      }
       BatchContext ctx{rank, b, false, &indices, indices.size()};
-      check_batch(ctx);
+      check_batch(ctx, more ? &next : nullptr);
       ++done;
       if (rank == ranks.front()) {
         BatchShapes s{b, indices.size(), backend_.meta(Slot::Input), backend_.meta(Slot::Output),
@@ -423,9 +433,9 @@ ScanResult Scanner::run(const OrderFn& order) {
   if (result.complete) {
     for (uint64_t size : cfg_.checks.probe_batch_sizes) {
       if (size > data.samples || stop_requested()) continue;
-      std::vector<int64_t> indices(size);
-      for (uint64_t i = 0; i < size; ++i) indices[i] = static_cast<int64_t>(i);
-      BatchContext ctx{std::nullopt, std::nullopt, true, &indices, size};
+      std::vector<int64_t> probe(size);
+      for (uint64_t i = 0; i < size; ++i) probe[i] = static_cast<int64_t>(i);
+      BatchContext ctx{std::nullopt, std::nullopt, true, &probe, size};
       check_batch(ctx);
       if (settings_.verbosity > 0) {
         log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";

@@ -2,10 +2,59 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace batchcheck {
 
 namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BATCHCHECK_HAVE_AVX2_KERNEL 1
+
+struct FloatPass1 {
+  float mn, mx;
+  uint64_t bad;
+};
+
+// Pass 1 for float32 with AVX2, 8 lanes at a time. MINPS/MAXPS return their second
+// operand when the first is NaN, so NaN never moves the extremes; ordered comparisons
+// are false for NaN, so NaN counts as out of range, as in the scalar loop.
+__attribute__((target("avx2,popcnt"))) FloatPass1 float_pass1_avx2(const float* data, uint64_t n, float lo, float hi) {
+  __m256 vmn = _mm256_set1_ps(std::numeric_limits<float>::max());
+  __m256 vmx = _mm256_set1_ps(std::numeric_limits<float>::lowest());
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  uint64_t bad = 0;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(data + i);
+    vmn = _mm256_min_ps(v, vmn);
+    vmx = _mm256_max_ps(v, vmx);
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ), _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
+    bad += static_cast<uint64_t>(__builtin_popcount(~static_cast<unsigned>(_mm256_movemask_ps(in)) & 0xffu));
+  }
+  alignas(32) float lmn[8], lmx[8];
+  _mm256_store_ps(lmn, vmn);
+  _mm256_store_ps(lmx, vmx);
+  FloatPass1 r{lmn[0], lmx[0], bad};
+  for (int k = 1; k < 8; ++k) {
+    r.mn = lmn[k] < r.mn ? lmn[k] : r.mn;
+    r.mx = lmx[k] > r.mx ? lmx[k] : r.mx;
+  }
+  for (; i < n; ++i) {
+    const float v = data[i];
+    r.mn = v < r.mn ? v : r.mn;
+    r.mx = v > r.mx ? v : r.mx;
+    r.bad += (v >= lo && v <= hi) ? 0 : 1;
+  }
+  return r;
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+  return yes;
+}
+#endif
 
 template <typename T>
 bool violates(T v, const ValueRule& rule, double lo, double hi) {
@@ -28,21 +77,50 @@ ValueStats run(const T* data, uint64_t rows, uint64_t row_elements, const ValueR
   const double lo = rule.lo.value_or(-std::numeric_limits<double>::infinity());
   const double hi = rule.hi.value_or(std::numeric_limits<double>::infinity());
 
-  // Pass 1: branch-light reduction the compiler can vectorize.
+  // Pass 1: a branch-free reduction the compiler vectorizes (min/max in the MINPS/MAXPS
+  // form, NaN failing both comparisons), in blocks so the count fits a lane-sized integer.
+  using Count = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
   T mn = std::numeric_limits<T>::max(), mx = std::numeric_limits<T>::lowest();
   uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const T v = data[i];
-    if constexpr (std::is_floating_point_v<T>) {
-      // NaN compares false both ways: it neither moves min/max nor passes the range.
-      mn = v < mn ? v : mn;
-      mx = v > mx ? v : mx;
-      bad += !(v >= static_cast<T>(lo) && v <= static_cast<T>(hi));
-    } else {
-      mn = std::min(mn, v);
-      mx = std::max(mx, v);
-      bad += rule.class_index ? (v < 0 || v >= rule.classes) : (static_cast<double>(v) < lo || static_cast<double>(v) > hi);
+  constexpr uint64_t kBlock = 1 << 16;
+  uint64_t first = 0;
+#ifdef BATCHCHECK_HAVE_AVX2_KERNEL
+  if constexpr (std::is_same_v<T, float>) {
+    if (have_avx2()) {
+      FloatPass1 p = float_pass1_avx2(data, n, static_cast<float>(lo), static_cast<float>(hi));
+      mn = p.mn;
+      mx = p.mx;
+      bad = p.bad;
+      first = n;  // done
     }
+  }
+#endif
+  for (uint64_t start = first; start < n; start += kBlock) {
+    const uint64_t end = std::min(n, start + kBlock);
+    Count block_bad = 0;
+    T bmn = mn, bmx = mx;
+    if constexpr (std::is_floating_point_v<T>) {
+      const T flo = static_cast<T>(lo), fhi = static_cast<T>(hi);
+      for (uint64_t i = start; i < end; ++i) {
+        const T v = data[i];
+        bmn = v < bmn ? v : bmn;
+        bmx = v > bmx ? v : bmx;
+        block_bad += (v >= flo && v <= fhi) ? Count{0} : Count{1};
+      }
+    } else {
+      for (uint64_t i = start; i < end; ++i) {
+        const T v = data[i];
+        bmn = v < bmn ? v : bmn;
+        bmx = v > bmx ? v : bmx;
+      }
+      // Integer bounds are checked from the extremes: a violation exists iff one lies outside.
+      const double dlo = rule.class_index ? 0.0 : lo;
+      const double dhi = rule.class_index ? static_cast<double>(rule.classes) - 1 : hi;
+      block_bad = (end > start && (static_cast<double>(bmn) < dlo || static_cast<double>(bmx) > dhi)) ? 1 : 0;
+    }
+    mn = bmn;
+    mx = bmx;
+    bad += block_bad;
   }
   if (n > 0) {
     s.min = static_cast<double>(mn);

@@ -8,9 +8,14 @@
 #include <torch/script.h>
 #include <torch/serialize.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
+#include <mutex>
+#include <thread>
 
 #include "core/contract.h"
 #include "core/error_text.h"
@@ -64,6 +69,27 @@ TensorMeta meta_of(const at::Tensor& t, bool drop_first = false) {
   return m;
 }
 
+// The kernel works on float32, float64 and int64 in CPU memory.
+at::Tensor for_kernel(at::Tensor t) {
+  at::ScalarType st = t.scalar_type();
+  if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
+  else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
+  return t.to(at::kCPU).contiguous();
+}
+
+ValueStats check_tensor(const at::Tensor& t, const ValueRule& rule) {
+  const uint64_t rows = t.dim() == 0 ? 1 : static_cast<uint64_t>(t.size(0));
+  const uint64_t per_row = rows ? static_cast<uint64_t>(t.numel()) / rows : 0;
+  switch (t.scalar_type()) {
+    case at::kFloat: return check_values(t.data_ptr<float>(), rows, per_row, rule);
+    case at::kDouble: return check_values(t.data_ptr<double>(), rows, per_row, rule);
+    case at::kLong: return check_values(t.data_ptr<int64_t>(), rows, per_row, rule);
+    default: throw InternalError("check: unexpected dtype " + dtype_name(t.scalar_type()));
+  }
+}
+
+bool plain_finite_rule(const ValueRule& r) { return r.finite && !r.lo && !r.hi && !r.class_index; }
+
 std::string exception_message(const std::exception& e) {
   if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
   return e.what();
@@ -78,6 +104,64 @@ class DataSource {
   virtual bool has_targets() const = 0;
   virtual TensorMeta sample_meta(bool target) const = 0;
   virtual at::Tensor gather(bool target, const std::vector<int64_t>& indices) const = 0;
+  // Bytes read per sample (inputs and targets), to decide whether prefetching pays.
+  uint64_t sample_bytes() const {
+    uint64_t total = 0;
+    for (bool target : {false, true}) {
+      TensorMeta m = sample_meta(target);
+      if (!m.present) continue;
+      uint64_t n = m.dtype == "float64" || m.dtype == "int64" ? 8 : m.dtype == "float32" || m.dtype == "int32" ? 4 : 2;
+      for (auto d : m.shape) n *= static_cast<uint64_t>(d);
+      total += n;
+    }
+    return total;
+  }
+};
+
+// One background thread that reads the next batch while the current one runs.
+template <typename Result>
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::future<Result> submit(std::function<Result()> fn) {
+    std::packaged_task<Result()> task(std::move(fn));
+    auto future = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = std::move(task);
+      has_task_ = true;
+    }
+    cv_.notify_one();
+    return future;
+  }
+
+ private:
+  void loop() {
+    while (true) {
+      std::packaged_task<Result()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || has_task_; });
+        if (stop_ && !has_task_) return;
+        task = std::move(task_);
+        has_task_ = false;
+      }
+      task();  // exceptions land in the future
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::packaged_task<Result()> task_;
+  bool has_task_ = false, stop_ = false;
+  std::thread thread_;
 };
 
 class NpySource : public DataSource {
@@ -229,28 +313,33 @@ class TorchBackend : public Backend {
   ModelInfo model() const override { return model_info_; }
 
   void load_batch(const std::vector<int64_t>& indices) override {
-    input_ = data_->gather(false, indices);
-    target_ = data_->gather(true, indices);
-    output_ = at::Tensor();
-    if (device_.is_cuda()) {
-      input_ = input_.to(device_, /*non_blocking=*/false);
-      if (target_.defined()) target_ = target_.to(device_);
+    Staged s;
+    if (pending_.valid()) {
+      s = pending_.get();  // rethrows what the worker threw (e.g. a truncated file)
+      if (s.indices != indices) s = stage(indices);
+    } else {
+      s = stage(indices);
     }
+    input_ = std::move(s.input);
+    target_ = std::move(s.target);
+    input_stats_ = std::move(s.input_stats);
+    output_ = at::Tensor();
     checked_.clear();
   }
 
   TensorMeta meta(Slot slot) const override { return meta_of(tensor(slot)); }
 
+  void prefetch(const std::vector<int64_t>& indices) override {
+    // A thread hand-off costs microseconds: worth it only when reading costs more.
+    constexpr uint64_t kMinBytes = 256 * 1024;
+    if (indices.size() * data_->sample_bytes() < kMinBytes) return;
+    if (!worker_) worker_ = std::make_unique<Worker<Staged>>();
+    pending_ = worker_->submit([this, indices] { return stage(indices); });
+  }
+
   ValueStats check(Slot slot, const ValueRule& rule) override {
-    at::Tensor t = host_view(slot);
-    const uint64_t rows = t.dim() == 0 ? 1 : static_cast<uint64_t>(t.size(0));
-    const uint64_t per_row = rows ? static_cast<uint64_t>(t.numel()) / rows : 0;
-    switch (t.scalar_type()) {
-      case at::kFloat: return check_values(t.data_ptr<float>(), rows, per_row, rule);
-      case at::kDouble: return check_values(t.data_ptr<double>(), rows, per_row, rule);
-      case at::kLong: return check_values(t.data_ptr<int64_t>(), rows, per_row, rule);
-      default: throw InternalError("check: unexpected dtype " + dtype_name(t.scalar_type()));
-    }
+    if (slot == Slot::Input && input_stats_ && plain_finite_rule(rule)) return *input_stats_;
+    return check_tensor(host_view(slot), rule);
   }
 
   ForwardResult forward() override {
@@ -422,6 +511,27 @@ class TorchBackend : public Backend {
     return picked.toTensor();
   }
 
+  // A batch read ahead: its tensors, and the finiteness check of its inputs.
+  struct Staged {
+    std::vector<int64_t> indices;
+    at::Tensor input, target;
+    std::optional<ValueStats> input_stats;
+  };
+
+  // Runs on the worker thread for prefetched batches (data sources are read-only).
+  Staged stage(const std::vector<int64_t>& indices) const {
+    Staged s;
+    s.indices = indices;
+    s.input = data_->gather(false, indices);
+    s.target = data_->gather(true, indices);
+    if (at::isFloatingType(s.input.scalar_type())) s.input_stats = check_tensor(for_kernel(s.input), ValueRule{});
+    if (device_.is_cuda()) {
+      s.input = s.input.to(device_);
+      if (s.target.defined()) s.target = s.target.to(device_);
+    }
+    return s;
+  }
+
   const at::Tensor& tensor(Slot slot) const {
     switch (slot) {
       case Slot::Input: return input_;
@@ -438,10 +548,7 @@ class TorchBackend : public Backend {
     if (it != checked_.end()) return it->second;
     at::Tensor t = tensor(slot).detach();
     if (!t.defined()) throw InternalError("check: no tensor for this slot");
-    at::ScalarType st = t.scalar_type();
-    if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
-    else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
-    t = t.to(at::kCPU).contiguous();
+    t = for_kernel(t);
     checked_[key] = t;
     return t;
   }
@@ -484,7 +591,11 @@ class TorchBackend : public Backend {
   torch::jit::Module module_;
   ModelInfo model_info_;
   at::Tensor input_, target_, output_;
+  std::optional<ValueStats> input_stats_;
   std::map<int, at::Tensor> checked_;
+  // Declared last: destroyed first, so the worker stops before the data it reads goes.
+  std::future<Staged> pending_;
+  std::unique_ptr<Worker<Staged>> worker_;
 };
 
 }  // namespace
