@@ -374,3 +374,25 @@ TEST(ScanE2E, ReportToDevNullLeavesTheDeviceAlone) {
   EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-o", "/dev/null", "-q"}, out, err), 0) << err.str();
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
 }
+
+// Batches this large have their value checks and loss run on the worker thread while the
+// next forward runs: findings must still land on the right batches, in order.
+TEST(ScanE2E, OverlappedChecksOnLargeBatchesKeepTheirBatches) {
+  const uint64_t n = 16, f = 10000;
+  Workspace s("overlap");
+  std::vector<float> y(n * f, 0.25f);
+  y[5 * f + 17] = 2.0f;      // batch 1: target out of [0, 1]
+  y[9 * f + 3] = NAN;        // batch 2: NaN target
+  y[14 * f + 1] = 3.0f;      // batch 3: out of range again
+  s.inputs(n, f, [](uint64_t, uint64_t) { return 0.0f; })
+      .float_targets(y, {n, f})
+      .model("def forward(self, x):\n    return torch.sigmoid(x)\n")
+      .loss(R"({"type": "bce"})");
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  Json range = one(r, "target-out-of-range");
+  expect_finding(range, "error", 1, {5, 14});
+  EXPECT_EQ(range["batches"], Json({1, 3}));
+  expect_finding(one(r, "target-nonfinite"), "error", 2, {9});
+  EXPECT_EQ(r.report["batches"]["checked"], 4);
+}

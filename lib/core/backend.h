@@ -48,6 +48,15 @@ struct LossResult {
   double value = 0;  // the reduced loss (first element for reduction="none")
 };
 
+// One batch's prediction and target, frozen after its forward, so that its value checks
+// and loss can run on another thread while the next batch's forward runs.
+class BatchView {
+ public:
+  virtual ~BatchView() = default;
+  virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;  // Output or Target
+  virtual LossResult loss(const LossConfig& loss) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -69,6 +78,9 @@ class Backend {
   // train mode). A traced model runs BatchNorm on one value per channel without the
   // Python check that raises, and its running_var silently turns NaN.
   virtual std::vector<std::string> nonfinite_batchnorm_stats() { return {}; }
+  // The current batch's prediction and target, usable from another thread; nullptr when
+  // the backend cannot provide one (the scan then checks synchronously).
+  virtual std::shared_ptr<BatchView> snapshot() { return nullptr; }
 };
 
 }  // namespace batchcheck

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
+#include <memory>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include "core/findings.h"
 #include "core/suggest.h"
 #include "core/text.h"
+#include "core/worker.h"
 
 namespace batchcheck {
 
@@ -103,6 +106,33 @@ nlohmann::ordered_json stats_json(const ValueStats& s) {
   return j;
 }
 
+// A finding occurrence produced off the main thread, applied (recorded) on it in order.
+struct Emitted {
+  std::string id, stage, message;
+  nlohmann::ordered_json evidence;
+  std::vector<uint64_t> rows;
+  uint64_t total = 0;
+  std::string cuda;
+};
+
+// The Backend's current batch as a BatchView, for the synchronous path.
+class CurrentBatch : public BatchView {
+ public:
+  explicit CurrentBatch(Backend& b) : backend_(b) {}
+  ValueStats check(Slot slot, const ValueRule& rule) override { return backend_.check(slot, rule); }
+  LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
+
+ private:
+  Backend& backend_;
+};
+
+// A batch whose post-forward stage runs on the worker.
+struct PendingPost {
+  std::vector<int64_t> indices;
+  BatchContext ctx;
+  std::future<std::vector<Emitted>> result;
+};
+
 class Scanner {
  public:
   Scanner(const Config& cfg, const ScanSettings& settings, Backend& backend, std::ostream& log)
@@ -115,7 +145,13 @@ class Scanner {
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
-  void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta);
+  void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
+                    std::vector<Emitted>& out) const;
+  // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
+  std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
+                                  const TensorMeta& target, BatchView& view, bool prior_error) const;
+  void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
+  void collect_pending();
   void attach_fixes(Finding& f) const;
   void check_batchnorm_stats(const BatchContext& ctx);
   bool stop_requested() const { return settings_.stop && settings_.stop->load() != 0; }
@@ -132,6 +168,8 @@ class Scanner {
   bool batch_has_error_ = false;
   ModelInfo model_;
   std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
+  std::unique_ptr<PendingPost> pending_;
+  std::unique_ptr<Worker<std::vector<Emitted>>> worker_;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
@@ -173,8 +211,9 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
   f->count += total_rows;
 }
 
-void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta) {
-  ValueStats s = backend_.check(slot, rule);
+void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
+                           BatchView& view, std::vector<Emitted>& out) const {
+  ValueStats s = view.check(slot, rule);
   if (s.ok()) return;
   const LossType loss = cfg_.loss.type;
   const bool nonfinite = s.nan + s.inf > 0;
@@ -183,10 +222,10 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
   if (nonfinite && range) {
     // Attribute each kind to its own samples.
     ValueRule finite_only;
-    nf = backend_.check(slot, finite_only);
+    nf = view.check(slot, finite_only);
     ValueRule range_only = rule;
     range_only.finite = false;
-    rg = backend_.check(slot, range_only);
+    rg = view.check(slot, range_only);
   }
   const std::string what = slot == Slot::Input ? "inputs" : slot == Slot::Output ? "predictions" : "targets";
   const std::string prefix = slot == Slot::Input ? "input" : slot == Slot::Output ? "output" : "target";
@@ -203,7 +242,7 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
     }
     std::string msg = what + " hold " + count_text(nf) + of_batch;
     if (slot == Slot::Output && loss == LossType::Bce) msg += "; NaN fails BCELoss's range check like an out-of-range value";
-    record(ctx, prefix + "-nonfinite", stage, msg, ev, nf.bad_rows, nf.bad_rows_total, cuda);
+    out.push_back({prefix + "-nonfinite", stage, msg, ev, nf.bad_rows, nf.bad_rows_total, cuda});
   }
   if (range) {
     nlohmann::ordered_json ev = stats_json(rg);
@@ -237,7 +276,7 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
         ev["pytorch_cpu_error"] = "none in LibTorch 1.13: BCELoss silently computes a wrong loss";
       }
     }
-    record(ctx, prefix + "-out-of-range", stage, msg, ev, rg.bad_rows, rg.bad_rows_total, cuda);
+    out.push_back({prefix + "-out-of-range", stage, msg, ev, rg.bad_rows, rg.bad_rows_total, cuda});
   }
 }
 
@@ -246,9 +285,17 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
   backend_.load_batch(*ctx.indices);
   if (next) backend_.prefetch(*next);
   const TensorMeta input = backend_.meta(Slot::Input);
-  if (auto rule = input_rule(input)) check_values(ctx, Slot::Input, *rule, input);
+  if (auto rule = input_rule(input)) {
+    CurrentBatch current(backend_);
+    std::vector<Emitted> emitted;
+    check_values(ctx, Slot::Input, *rule, input, current, emitted);
+    apply(ctx, emitted);
+  }
 
   ForwardResult fwd = backend_.forward();
+  // The previous batch's post-forward stage ran during this forward: record it now,
+  // before this batch's own post stage, so every id sees its batches in order.
+  collect_pending();
   if (!fwd.ok) {
     std::string id = classify_forward_error(fwd.error, ctx.size, largest_ok_batch_);
     nlohmann::ordered_json ev = {{"error", fwd.error}};
@@ -291,32 +338,78 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence, rows,
            ctx.size, cuda);
   }
-  if (plan.output_rule) check_values(ctx, Slot::Output, *plan.output_rule, output);
-  if (plan.target_rule) check_values(ctx, Slot::Target, *plan.target_rule, target);
-  if (!plan.can_compute_loss || batch_has_error_) return;
+  const bool prior_error = batch_has_error_;
+  const uint64_t elements = [](const TensorMeta& a, const TensorMeta& b) {
+    uint64_t n = 0;
+    for (const TensorMeta* m : {&a, &b}) {
+      if (!m->present) continue;
+      uint64_t e = 1;
+      for (auto d : m->shape) e *= static_cast<uint64_t>(d);
+      n += e;
+    }
+    return n;
+  }(output, target);
+  // Overlapping costs a thread hand-off (microseconds): only for large batches.
+  std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
+  if (!view) {
+    CurrentBatch current(backend_);
+    apply(ctx, post_stage(ctx, plan, output, target, current, prior_error));
+    return;
+  }
+  if (!worker_) worker_ = std::make_unique<Worker<std::vector<Emitted>>>();
+  pending_ = std::make_unique<PendingPost>();
+  pending_->indices = *ctx.indices;
+  pending_->ctx = ctx;
+  pending_->ctx.indices = &pending_->indices;
+  const BatchContext* job_ctx = &pending_->ctx;
+  pending_->result = worker_->submit([this, job_ctx, plan, output, target, view, prior_error] {
+    return post_stage(*job_ctx, plan, output, target, *view, prior_error);
+  });
+}
 
-  LossResult loss = backend_.loss(cfg_.loss);
+std::vector<Emitted> Scanner::post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
+                                         const TensorMeta& target, BatchView& view, bool prior_error) const {
+  std::vector<Emitted> out;
+  if (plan.output_rule) check_values(ctx, Slot::Output, *plan.output_rule, output, view, out);
+  std::optional<ValueStats> target_stats;
+  if (plan.target_rule) {
+    target_stats = view.check(Slot::Target, *plan.target_rule);
+    check_values(ctx, Slot::Target, *plan.target_rule, target, view, out);
+  }
+  if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
+
+  LossResult loss = view.loss(cfg_.loss);
   std::vector<uint64_t> all(ctx.size);
   for (uint64_t i = 0; i < ctx.size; ++i) all[i] = i;
   if (!loss.ok) {
-    record(ctx, "loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
-           {{"error", loss.error}}, all, ctx.size);
+    out.push_back({"loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
+                   {{"error", loss.error}}, all, ctx.size, ""});
   } else if (loss.nonfinite) {
     std::string why;
-    if (plan.class_targets && cfg_.loss.reduction == Reduction::Mean) {
-      ValueRule rule = *plan.target_rule;
-      ValueStats t = backend_.check(Slot::Target, rule);
-      if (t.ignored == t.elements) {
-        why = ": every target equals ignore_index " + std::to_string(cfg_.loss.ignore_index) +
-              ", and the mean over zero elements is NaN";
-      }
+    if (plan.class_targets && cfg_.loss.reduction == Reduction::Mean && target_stats &&
+        target_stats->ignored == target_stats->elements) {
+      why = ": every target equals ignore_index " + std::to_string(cfg_.loss.ignore_index) +
+            ", and the mean over zero elements is NaN";
     }
-    record(ctx, "loss-nonfinite", "loss",
-           std::string(to_string(cfg_.loss.type)) + " loss is " + format_number(loss.value) + why,
-           {{"loss", std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value))},
-            {"nonfinite_elements", loss.nonfinite}},
-           all, ctx.size);
+    out.push_back({"loss-nonfinite", "loss",
+                   std::string(to_string(cfg_.loss.type)) + " loss is " + format_number(loss.value) + why,
+                   {{"loss", std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value))},
+                    {"nonfinite_elements", loss.nonfinite}},
+                   all, ctx.size, ""});
   }
+  return out;
+}
+
+void Scanner::apply(const BatchContext& ctx, const std::vector<Emitted>& emitted) {
+  for (const auto& e : emitted) record(ctx, e.id, e.stage, e.message, e.evidence, e.rows, e.total, e.cuda);
+}
+
+void Scanner::collect_pending() {
+  if (!pending_) return;
+  std::unique_ptr<PendingPost> p = std::move(pending_);
+  const bool had_error = batch_has_error_;
+  apply(p->ctx, p->result.get());
+  batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
 }
 
 void Scanner::check_batchnorm_stats(const BatchContext& ctx) {
@@ -426,6 +519,7 @@ ScanResult Scanner::run(const OrderFn& order) {
     }
     if (!result.complete) break;
   }
+  collect_pending();
   if (total) progress(done, total, true);
 
   // Probes: batches of the given sizes from the start of the dataset.
@@ -441,6 +535,7 @@ ScanResult Scanner::run(const OrderFn& order) {
         log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
       }
     }
+    collect_pending();
     if (stop_requested()) result.complete = false;
   }
   // A probe that only repeats what the replay already found adds nothing.

@@ -21,6 +21,7 @@
 #include "core/error_text.h"
 #include "core/errors.h"
 #include "core/npy.h"
+#include "core/worker.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -88,6 +89,76 @@ ValueStats check_tensor(const at::Tensor& t, const ValueRule& rule) {
   }
 }
 
+at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss) {
+  int64_t red = loss.reduction == Reduction::Mean  ? at::Reduction::Mean
+                : loss.reduction == Reduction::Sum ? at::Reduction::Sum
+                                                   : at::Reduction::None;
+  auto opts = at::TensorOptions().dtype(out.scalar_type()).device(out.device());
+  c10::optional<at::Tensor> weight;
+  if (!loss.weight.empty()) weight = at::tensor(loss.weight, at::kDouble).to(opts);
+  switch (loss.type) {
+    case LossType::Bce: return at::binary_cross_entropy(out, tgt, weight, red);
+    case LossType::BceWithLogits: {
+      c10::optional<at::Tensor> pos;
+      if (!loss.pos_weight.empty()) pos = at::tensor(loss.pos_weight, at::kDouble).to(opts);
+      return at::binary_cross_entropy_with_logits(out, tgt, weight, pos, red);
+    }
+    case LossType::CrossEntropy: return at::cross_entropy_loss(out, tgt, weight, red, loss.ignore_index, loss.label_smoothing);
+    case LossType::Nll: return at::nll_loss_nd(out, tgt, weight, red, loss.ignore_index);
+    case LossType::Mse: return at::mse_loss(out, tgt, red);
+    case LossType::L1: return at::l1_loss(out, tgt, red);
+    case LossType::SmoothL1: return at::smooth_l1_loss(out, tgt, red, loss.beta);
+    case LossType::None: break;
+  }
+  throw InternalError("compute_loss: no loss for type none");
+}
+
+std::string exception_message(const std::exception& e);
+
+// The loss of one batch, and whether it is finite. Never throws for a failing loss.
+LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss, const c10::Device& device,
+                    bool sync) {
+  LossResult r;
+  try {
+    at::NoGradGuard no_grad;
+    at::Tensor l = compute_loss(out, tgt, loss);
+    if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
+    at::Tensor host = l.detach().to(at::kCPU).to(at::kDouble).contiguous().view({-1});
+    r.elements = static_cast<uint64_t>(host.numel());
+    const double* p = host.data_ptr<double>();
+    r.value = r.elements ? p[0] : 0.0;
+    for (uint64_t i = 0; i < r.elements; ++i) {
+      if (!std::isfinite(p[i])) {
+        if (r.nonfinite == 0) r.value = p[i];
+        ++r.nonfinite;
+      }
+    }
+    r.ok = true;
+  } catch (const std::exception& e) {
+    r.error = parse_error_text(exception_message(e)).message;
+  }
+  return r;
+}
+
+// A batch's prediction and target, frozen: checked on the worker thread while the main
+// thread runs the next forward.
+class TorchBatchView : public BatchView {
+ public:
+  TorchBatchView(at::Tensor output, at::Tensor target, c10::Device device, bool sync)
+      : output_(std::move(output)), target_(std::move(target)), device_(device), sync_(sync) {}
+  ValueStats check(Slot slot, const ValueRule& rule) override {
+    at::Tensor& cached = slot == Slot::Output ? output_host_ : target_host_;
+    if (!cached.defined()) cached = for_kernel((slot == Slot::Output ? output_ : target_).detach());
+    return check_tensor(cached, rule);
+  }
+  LossResult loss(const LossConfig& loss) override { return run_loss(output_, target_, loss, device_, sync_); }
+
+ private:
+  at::Tensor output_, target_, output_host_, target_host_;
+  c10::Device device_;
+  bool sync_;
+};
+
 bool plain_finite_rule(const ValueRule& r) { return r.finite && !r.lo && !r.hi && !r.class_index; }
 
 std::string exception_message(const std::exception& e) {
@@ -118,51 +189,7 @@ class DataSource {
   }
 };
 
-// One background thread that reads the next batch while the current one runs.
-template <typename Result>
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) {}
-  ~Worker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  std::future<Result> submit(std::function<Result()> fn) {
-    std::packaged_task<Result()> task(std::move(fn));
-    auto future = task.get_future();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      task_ = std::move(task);
-      has_task_ = true;
-    }
-    cv_.notify_one();
-    return future;
-  }
 
- private:
-  void loop() {
-    while (true) {
-      std::packaged_task<Result()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || has_task_; });
-        if (stop_ && !has_task_) return;
-        task = std::move(task_);
-        has_task_ = false;
-      }
-      task();  // exceptions land in the future
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::packaged_task<Result()> task_;
-  bool has_task_ = false, stop_ = false;
-  std::thread thread_;
-};
 
 class NpySource : public DataSource {
  public:
@@ -361,28 +388,10 @@ class TorchBackend : public Backend {
     return r;
   }
 
-  LossResult loss(const LossConfig& loss) override {
-    LossResult r;
-    try {
-      at::NoGradGuard no_grad;
-      at::Tensor l = compute_loss(loss);
-      synchronize();
-      at::Tensor host = l.detach().to(at::kCPU).to(at::kDouble).contiguous().view({-1});
-      r.elements = static_cast<uint64_t>(host.numel());
-      const double* p = host.data_ptr<double>();
-      for (uint64_t i = 0; i < r.elements; ++i) r.nonfinite += !std::isfinite(p[i]);
-      r.value = r.elements ? p[0] : 0.0;
-      for (uint64_t i = 0; i < r.elements; ++i) {
-        if (!std::isfinite(p[i])) {
-          r.value = p[i];
-          break;
-        }
-      }
-      r.ok = true;
-    } catch (const std::exception& e) {
-      r.error = parse_error_text(exception_message(e)).message;
-    }
-    return r;
+  LossResult loss(const LossConfig& loss) override { return run_loss(output_, target_, loss, device_, opt_.sync); }
+
+  std::shared_ptr<BatchView> snapshot() override {
+    return std::make_shared<TorchBatchView>(output_, target_, device_, opt_.sync);
   }
 
   std::string device() const override { return device_.str(); }
@@ -551,33 +560,6 @@ class TorchBackend : public Backend {
     t = for_kernel(t);
     checked_[key] = t;
     return t;
-  }
-
-  at::Tensor compute_loss(const LossConfig& loss) {
-    const at::Tensor& out = output_;
-    const at::Tensor& tgt = target_;
-    int64_t red = loss.reduction == Reduction::Mean  ? at::Reduction::Mean
-                  : loss.reduction == Reduction::Sum ? at::Reduction::Sum
-                                                     : at::Reduction::None;
-    auto opts = at::TensorOptions().dtype(out.scalar_type()).device(out.device());
-    c10::optional<at::Tensor> weight;
-    if (!loss.weight.empty()) weight = at::tensor(loss.weight, at::kDouble).to(opts);
-    switch (loss.type) {
-      case LossType::Bce: return at::binary_cross_entropy(out, tgt, weight, red);
-      case LossType::BceWithLogits: {
-        c10::optional<at::Tensor> pos;
-        if (!loss.pos_weight.empty()) pos = at::tensor(loss.pos_weight, at::kDouble).to(opts);
-        return at::binary_cross_entropy_with_logits(out, tgt, weight, pos, red);
-      }
-      case LossType::CrossEntropy:
-        return at::cross_entropy_loss(out, tgt, weight, red, loss.ignore_index, loss.label_smoothing);
-      case LossType::Nll: return at::nll_loss_nd(out, tgt, weight, red, loss.ignore_index);
-      case LossType::Mse: return at::mse_loss(out, tgt, red);
-      case LossType::L1: return at::l1_loss(out, tgt, red);
-      case LossType::SmoothL1: return at::smooth_l1_loss(out, tgt, red, loss.beta);
-      case LossType::None: break;
-    }
-    throw InternalError("compute_loss: no loss for type none");
   }
 
   void synchronize() {
