@@ -145,8 +145,9 @@ class Scanner {
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
+  // `stats`: the result of view.check(slot, rule) when the caller already has it.
   void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
-                    std::vector<Emitted>& out) const;
+                    std::vector<Emitted>& out, const ValueStats* stats = nullptr) const;
   // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
   std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
                                   const TensorMeta& target, BatchView& view, bool prior_error) const;
@@ -212,8 +213,8 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
 }
 
 void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                           BatchView& view, std::vector<Emitted>& out) const {
-  ValueStats s = view.check(slot, rule);
+                           BatchView& view, std::vector<Emitted>& out, const ValueStats* stats) const {
+  ValueStats s = stats ? *stats : view.check(slot, rule);
   if (s.ok()) return;
   const LossType loss = cfg_.loss.type;
   const bool nonfinite = s.nan + s.inf > 0;
@@ -374,7 +375,7 @@ std::vector<Emitted> Scanner::post_stage(const BatchContext& ctx, const Contract
   std::optional<ValueStats> target_stats;
   if (plan.target_rule) {
     target_stats = view.check(Slot::Target, *plan.target_rule);
-    check_values(ctx, Slot::Target, *plan.target_rule, target, view, out);
+    check_values(ctx, Slot::Target, *plan.target_rule, target, view, out, &*target_stats);
   }
   if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
 
