@@ -172,7 +172,8 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
       }
     }
     f.count = g.dropped_total();
-    f.message = join(parts, "; ") + ": " + per_epoch(g, g.dropped_total()).substr(6) + " never reach training" +
+    f.message = join(parts, "; ") + ": " + std::to_string(g.dropped_total()) + " of " + plural(s.samples, "sample") +
+                " per epoch never reach training" +
                 (s.shuffle ? " (different ones each epoch)" : " (the same ones every epoch)");
     f.evidence = {{"dropped_samples", g.dropped_total()}, {"samples", s.samples}};
     f.fixes = {fix_batch_size_divisor(g)};

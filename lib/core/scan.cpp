@@ -91,15 +91,13 @@ std::string bounds_text(const ValueRule& r) {
          (r.hi ? format_number(*r.hi) : std::string("inf")) + "]";
 }
 
-std::vector<double> finite_values(const std::vector<double>& v) { return v; }
-
 nlohmann::ordered_json stats_json(const ValueStats& s) {
   nlohmann::ordered_json j = {{"elements", s.elements}, {"nan", s.nan}, {"inf", s.inf}};
   j["min"] = std::isnan(s.min) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.min);
   j["max"] = std::isnan(s.max) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.max);
   if (s.below + s.above) {
     j["out_of_range"] = s.below + s.above;
-    j["offending_values"] = finite_values(s.bad_values);
+    j["offending_values"] = s.bad_values;
   }
   if (s.ignored) j["ignored"] = s.ignored;
   j["bad_samples_in_batch"] = s.bad_rows_total;

@@ -181,7 +181,10 @@ class DataSource {
     for (bool target : {false, true}) {
       TensorMeta m = sample_meta(target);
       if (!m.present) continue;
-      uint64_t n = m.dtype == "float64" || m.dtype == "int64" ? 8 : m.dtype == "float32" || m.dtype == "int32" ? 4 : 2;
+      uint64_t n = m.dtype == "float64" || m.dtype == "int64"   ? 8
+                   : m.dtype == "float32" || m.dtype == "int32" ? 4
+                   : m.dtype == "float16" || m.dtype == "int16" ? 2
+                                                                : 1;
       for (auto d : m.shape) n *= static_cast<uint64_t>(d);
       total += n;
     }
