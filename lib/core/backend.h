@@ -17,6 +17,14 @@ struct TensorMeta {
   std::vector<int64_t> shape;
   std::string dtype;  // "float32", "int64", ...
   bool floating = false;
+
+  // Elements, or 0 when absent.
+  uint64_t numel() const {
+    if (!present) return 0;
+    uint64_t n = 1;
+    for (auto d : shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
 };
 
 struct DatasetInfo {

@@ -57,6 +57,13 @@ bool is_shape_error(const std::string& m) {
   return false;
 }
 
+// Every row of a batch: a failure of the whole batch (forward, shapes, loss) concerns all samples.
+std::vector<uint64_t> all_rows(uint64_t n) {
+  std::vector<uint64_t> rows(n);
+  for (uint64_t i = 0; i < n; ++i) rows[i] = i;
+  return rows;
+}
+
 struct BatchContext {
   std::optional<uint64_t> rank;
   std::optional<uint64_t> batch;
@@ -317,9 +324,7 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     } else {
       msg = "forward raised on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
     }
-    std::vector<uint64_t> rows(ctx.size);
-    for (uint64_t i = 0; i < ctx.size; ++i) rows[i] = i;
-    record(ctx, id, "forward", msg, ev, rows, ctx.size, cuda);
+    record(ctx, id, "forward", msg, ev, all_rows(ctx.size), ctx.size, cuda);
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size);
@@ -331,23 +336,11 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
   const TensorMeta target = backend_.meta(Slot::Target);
   ContractPlan plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size, output, target);
   for (const auto& issue : plan.issues) {
-    std::vector<uint64_t> rows(ctx.size);
-    for (uint64_t i = 0; i < ctx.size; ++i) rows[i] = i;
-    std::string cuda;
-    record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence, rows,
-           ctx.size, cuda);
+    record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence,
+           all_rows(ctx.size), ctx.size);
   }
   const bool prior_error = batch_has_error_;
-  const uint64_t elements = [](const TensorMeta& a, const TensorMeta& b) {
-    uint64_t n = 0;
-    for (const TensorMeta* m : {&a, &b}) {
-      if (!m->present) continue;
-      uint64_t e = 1;
-      for (auto d : m->shape) e *= static_cast<uint64_t>(d);
-      n += e;
-    }
-    return n;
-  }(output, target);
+  const uint64_t elements = output.numel() + target.numel();
   // Overlapping costs a thread hand-off (microseconds): only for large batches.
   std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
   if (!view) {
@@ -378,8 +371,7 @@ std::vector<Emitted> Scanner::post_stage(const BatchContext& ctx, const Contract
   if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
 
   LossResult loss = view.loss(cfg_.loss);
-  std::vector<uint64_t> all(ctx.size);
-  for (uint64_t i = 0; i < ctx.size; ++i) all[i] = i;
+  const std::vector<uint64_t> all = all_rows(ctx.size);
   if (!loss.ok) {
     out.push_back({"loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
                    {{"error", loss.error}}, all, ctx.size, ""});

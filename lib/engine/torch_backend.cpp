@@ -181,12 +181,11 @@ class DataSource {
     for (bool target : {false, true}) {
       TensorMeta m = sample_meta(target);
       if (!m.present) continue;
-      uint64_t n = m.dtype == "float64" || m.dtype == "int64"   ? 8
-                   : m.dtype == "float32" || m.dtype == "int32" ? 4
-                   : m.dtype == "float16" || m.dtype == "int16" ? 2
-                                                                : 1;
-      for (auto d : m.shape) n *= static_cast<uint64_t>(d);
-      total += n;
+      const uint64_t size = m.dtype == "float64" || m.dtype == "int64"   ? 8
+                            : m.dtype == "float32" || m.dtype == "int32" ? 4
+                            : m.dtype == "float16" || m.dtype == "int16" ? 2
+                                                                         : 1;
+      total += size * m.numel();
     }
     return total;
   }
@@ -401,14 +400,12 @@ class TorchBackend : public Backend {
 
   std::vector<std::string> nonfinite_batchnorm_stats() override {
     std::vector<std::string> out;
-    for (const auto& m : module_.named_modules()) {
-      auto type = m.value.type()->name();
-      if (!type || type->qualifiedName().find("BatchNorm") == std::string::npos) continue;
+    for (std::size_t i = 0; i < batchnorm_.size(); ++i) {
       for (const char* attr : {"running_mean", "running_var"}) {
-        if (!m.value.hasattr(attr)) continue;
-        c10::IValue v = m.value.attr(attr);
+        if (!batchnorm_[i].hasattr(attr)) continue;
+        c10::IValue v = batchnorm_[i].attr(attr);
         if (v.isTensor() && v.toTensor().defined() && !at::isfinite(v.toTensor()).all().item<bool>()) {
-          out.push_back(m.name.empty() ? "<root>" : m.name);
+          out.push_back(model_info_.batchnorm_modules[i]);
           break;
         }
       }
@@ -472,6 +469,7 @@ class TorchBackend : public Backend {
       auto type = m.value.type()->name();
       if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
         model_info_.batchnorm_modules.push_back(m.name.empty() ? "<root>" : m.name);
+        batchnorm_.push_back(m.value);
       }
     }
   }
@@ -575,6 +573,7 @@ class TorchBackend : public Backend {
   std::unique_ptr<DataSource> data_;
   torch::jit::Module module_;
   ModelInfo model_info_;
+  std::vector<torch::jit::Module> batchnorm_;  // parallel to model_info_.batchnorm_modules
   at::Tensor input_, target_, output_;
   std::optional<ValueStats> input_stats_;
   std::map<int, at::Tensor> checked_;
