@@ -33,7 +33,7 @@ uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t 
 
 struct ScanArgs {
   std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads;
-  bool edges = false, quiet = false, verbose = false;
+  bool edges = false, quiet = false, verbose = false, no_backward = false;
 };
 
 int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool interactive) {
@@ -58,6 +58,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   if (!a.rank.empty()) cmd.rank = parse_count("--rank", a.rank, 0);
   if (!a.threads.empty()) cmd.threads = parse_count("--threads", a.threads, 1);
   cmd.edges = a.edges;
+  cmd.no_backward = a.no_backward;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
   cmd.progress = interactive;
   ScanOutcome o = run_scan_entry(cmd, out, err);
@@ -121,13 +122,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   CLI::App* suggest_cmd = app.add_subcommand(
       "suggest", "Print the batch geometry of a loader setup and the batch sizes that avoid a tiny last batch.\n"
                  "Needs no model or data.");
-  suggest_cmd->add_option("--samples", sa.samples, "dataset size N (0 .. 2^64-1)")->required();
-  suggest_cmd->add_option("--batch-size", sa.batch_size, "requested batch size B")->required();
-  suggest_cmd->add_option("--world-size", sa.world_size, "DistributedSampler num_replicas (default 1)");
+  suggest_cmd->add_option("--samples", sa.samples, "dataset size N (0 .. 2^64-1)")->type_name("INT")->required();
+  suggest_cmd->add_option("--batch-size", sa.batch_size, "requested batch size B")->type_name("INT")->required();
+  suggest_cmd->add_option("--world-size", sa.world_size, "DistributedSampler num_replicas (default 1)")->type_name("INT");
   suggest_cmd->add_flag("--drop-last", sa.drop_last, "DataLoader(drop_last=True)");
   suggest_cmd->add_flag("--sampler-drop-last", sa.sampler_drop_last, "DistributedSampler(drop_last=True)");
-  suggest_cmd->add_option("--accumulation", sa.accumulation, "gradient accumulation steps K (default 1)");
-  suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)");
+  suggest_cmd->add_option("--accumulation", sa.accumulation, "gradient accumulation steps K (default 1)")->type_name("INT");
+  suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)")->type_name("INT");
   suggest_cmd->add_flag("--json", sa.json, "print one JSON object instead of a table");
 
   ScanArgs sc;
@@ -140,9 +141,11 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_option("--device", sc.device, "cpu, cuda, cuda:N or auto (overrides the config)");
   scan_cmd->add_option("--mode", sc.mode, "train or eval (overrides model.mode)");
   scan_cmd->add_flag("--edges", sc.edges, "only the first and last batch of each rank plus the probes: a fast gate");
-  scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)");
-  scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank");
-  scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch");
+  scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)")->type_name("INT");
+  scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank")->type_name("INT");
+  scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch")->type_name("INT");
+  scan_cmd->add_flag("--no-backward", sc.no_backward,
+                     "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
   auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
   scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr")->excludes(quiet);
 

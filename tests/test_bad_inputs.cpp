@@ -128,7 +128,8 @@ std::vector<BadInput> catalogue() {
        }),
        2, "PREFIX:" + e + "m.pt: not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): "},
       {"zip that is not TorchScript", on_valid([](Workspace& w) { save_pt(w.file("m.pt"), {{"inputs", {2}}}); }), 2,
-       "PREFIX:" + e + "m.pt: not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): "},
+       e + "m.pt: not a TorchScript archive: it is a file written by torch.save (data, not a model); export the model "
+           "with torch.jit.script(model).save(path) (or torch.jit.trace)"},
       {"text file as model", on_valid([](Workspace& w) { write_text(w.file("m.pt"), "def forward(x): return x\n"); }), 2,
        "PREFIX:" + e + "m.pt: not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): "},
       {"forward needs two inputs", on_valid([](Workspace& w) { w.model("def forward(self, x, y):\n    return x + y\n"); }), 2,
@@ -144,7 +145,7 @@ std::vector<BadInput> catalogue() {
        }),
        2, e + "cfg.json: model.output: index 2 is out of range: the model returns 2 elements"},
       {"forward returns a tuple", on_valid([](Workspace& w) { w.model("def forward(self, x):\n    return (x, x)\n"); }), 2,
-       e + "cfg.json: model.output: the model returns Tuple, not a tensor; set \"output\" to the index or key of the prediction"},
+       e + "cfg.json: model.output: the model returns a tuple, not a tensor; set \"output\" to the index or key of the prediction"},
       // --- npy ---
       {"npy bad magic", on_valid([](Workspace& w) { write_text(w.file("x.npy"), "PK\x03\x04 not an npy file at all"); }), 2,
        "batchcheck: error: x.npy: not a .npy file (bad magic bytes)"},
@@ -179,7 +180,7 @@ std::vector<BadInput> catalogue() {
       {"pt missing key", pt_data({{"images", {8, 3}}, {"targets", {8, 1}}}), 2,
        "batchcheck: error: d.pt: key \"inputs\": missing from the saved dict (keys: images, targets)"},
       {"pt value not a tensor", pt_data({{"inputs", {8, 3}}, {"targets", {}, false}}), 2,
-       "batchcheck: error: d.pt: key \"targets\": is not a tensor (got Int)"},
+       "batchcheck: error: d.pt: key \"targets\": is not a tensor (got an int)"},
       {"pt different lengths", pt_data({{"inputs", {8, 3}}, {"targets", {6, 1}}}), 2,
        "batchcheck: error: d.pt: inputs hold 8 samples but targets hold 6; they must have the same count"},
       {"pt tuple of three", pt_data({{"a", {8, 3}}, {"b", {8, 1}}, {"c", {8}}}, true), 2,

@@ -65,7 +65,8 @@ TEST(Contract, CrossEntropyProbabilitiesAndDtypes) {
   auto nll_float = plan_contract(loss(LossType::Nll), {}, 4, meta({4, 3}, "float32"), meta({4, 3}, "float32"));
   EXPECT_EQ(ids(nll_float), std::vector<std::string>{"target-dtype"});
   auto u8 = plan_contract(loss(LossType::CrossEntropy), {}, 4, meta({4, 3}, "float32"), meta({4}, "uint8"));
-  EXPECT_TRUE(u8.issues.empty()) << "PyTorch 1.13 accepts uint8 class indices";
+  ASSERT_EQ(ids(u8), std::vector<std::string>{"target-dtype"}) << "uint8 masks: expected scalar type Long but found Byte";
+  EXPECT_EQ(u8.issues[0].message, "class-index targets must be int64, got uint8 (PyTorch: expected scalar type Long but found Byte)");
 }
 
 TEST(Contract, BceDtypes) {

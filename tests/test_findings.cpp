@@ -78,13 +78,31 @@ TEST(GeometryFindings, DistributedPaddingAndDropped) {
   const Finding* pad = find(fs, "sampler-padding");
   ASSERT_TRUE(pad);
   EXPECT_EQ(pad->severity, Severity::Warning);
-  EXPECT_EQ(pad->samples, (std::vector<int64_t>{0, 1}));
+  // 10 over 4 ranks: 12 slots; the copies of 0 and 1 land on ranks 2 and 3 (10 mod 4 .. 3).
+  EXPECT_EQ(pad->rank, 2u);
+  EXPECT_EQ(pad->ranks, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(pad->samples, (std::vector<int64_t>{0}));  // rank 2's copy: never merged across ranks
+  ASSERT_EQ(pad->occurrences.size(), 2u);
+  EXPECT_EQ(pad->occurrences[1].rank, 3u);
+  EXPECT_EQ(pad->occurrences[1].samples, (std::vector<int64_t>{1}));
   EXPECT_EQ(pad->count, 2u);
-  EXPECT_EQ(pad->ranks, (std::vector<uint64_t>{0, 1, 2, 3}));
   EXPECT_EQ(pad->evidence["ranks_receiving_padding"], nlohmann::ordered_json({2, 3}));
   const Finding* tail = find(fs, "tail-batch-singleton");
   ASSERT_TRUE(tail);
-  EXPECT_EQ(tail->samples, (std::vector<int64_t>{8, 9, 0, 1}));  // each rank's last sample
+  EXPECT_EQ(tail->samples, (std::vector<int64_t>{8}));  // rank 0's last batch
+  ASSERT_EQ(tail->occurrences.size(), 4u);             // one per rank: 8, 9, 0, 1
+  EXPECT_EQ(tail->occurrences[3].samples, (std::vector<int64_t>{1}));
+  EXPECT_EQ(tail->count, 4u);
+
+  // Only rank 1: no padding copy reaches it.
+  EXPECT_EQ(find(geometry_findings(plan, {1}, LossType::Bce), "sampler-padding"), nullptr);
+  // DataLoader(drop_last=True) cuts each rank's tail, padding included (N=5, B=2, W=2):
+  // rank 0 gets [0, 2], rank 1 [1, 3]; the copy of 0 is never delivered.
+  LoaderSpec cut_tail = spec(5, 2);
+  cut_tail.world_size = 2;
+  cut_tail.drop_last = true;
+  BatchPlan ct(compute_geometry(cut_tail), {});
+  EXPECT_EQ(find(geometry_findings(ct, {0, 1}, LossType::Bce), "sampler-padding"), nullptr);
 
   s.sampler_drop_last = true;  // 10 over 4 ranks: 2 each, 2 cut
   BatchPlan cut(compute_geometry(s), {});

@@ -33,9 +33,17 @@ struct DatasetInfo {
   bool has_targets = false;
 };
 
+// Ops whose training flag tracing froze into the graph as a constant (a traced archive
+// keeps the mode it was traced in, whatever model.train() says later).
+struct FrozenModeOps {
+  uint64_t batch_norm = 0, dropout = 0;
+  uint64_t total() const { return batch_norm + dropout; }
+};
+
 struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
   std::string kind;                            // "scripted" or "traced", when known
+  FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
 };
 
 enum class Slot { Input, Output, Target };
@@ -47,6 +55,20 @@ struct ForwardResult {
   std::string location;  // TorchScript "File ..., line N" of the failing op, when known
   std::string traceback; // the TorchScript traceback, when there is one
 };
+
+// loss.backward() on the current batch: an error, or the parameters whose gradients
+// are not finite.
+struct GradStats {
+  std::string name;  // qualified parameter name
+  uint64_t elements = 0, nan = 0, inf = 0;
+};
+struct BackwardResult {
+  bool ok = false;
+  std::string error, location, traceback;
+  std::vector<GradStats> nonfinite;  // the first kMaxNonfiniteGrads, in parameter order
+  uint64_t nonfinite_total = 0;      // parameters with non-finite gradients
+};
+constexpr std::size_t kMaxNonfiniteGrads = 32;
 
 struct LossResult {
   bool ok = false;
@@ -80,6 +102,13 @@ class Backend {
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;
   virtual ForwardResult forward() = 0;
   virtual LossResult loss(const LossConfig& loss) = 0;
+  // Back-propagates the loss of the last successful loss() call and clears the gradients
+  // afterwards (no optimizer step: the parameters never change). Only called when the
+  // backend was built with backward on.
+  virtual BackwardResult backward() { return {}; }
+  // Restores the model exactly as loaded from its file (running statistics included), so
+  // probes do not see state left by earlier batches.
+  virtual void reset_model() {}
   // The device the backend runs on ("cpu", "cuda:0").
   virtual std::string device() const = 0;
   // BatchNorm modules whose running statistics are not finite now (after a forward in

@@ -103,8 +103,17 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
 }
 
 void parse_loader(const JsonObject& l, LoaderConfig& out) {
-  l.reject_unknown({"batch_size", "drop_last", "shuffle", "seed", "epoch", "world_size", "sampler_drop_last",
-                    "accumulation_steps"});
+  // DataLoader arguments that only change how fast batches arrive, never which samples
+  // they hold: accepted (a user pastes their DataLoader call) and named in the report.
+  static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
+                                                     "prefetch_factor", "timeout", "pin_memory_device"};
+  std::vector<std::string> known = {"batch_size", "drop_last", "shuffle", "seed", "epoch", "world_size",
+                                    "sampler_drop_last", "accumulation_steps"};
+  known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
+  l.reject_unknown(known);
+  for (const auto& k : kNoEffect) {
+    if (l.has(k)) out.ignored_keys.push_back(k);
+  }
   out.batch_size = l.required_uint("batch_size", 1);
   out.drop_last = l.boolean("drop_last").value_or(false);
   out.shuffle = l.boolean("shuffle").value_or(false);
@@ -145,11 +154,12 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
 }
 
 void parse_checks(const JsonObject& c, ChecksConfig& out) {
-  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches"});
+  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
   if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
   out.max_batches = c.uint("max_batches").value_or(0);
+  out.backward = c.boolean("backward");
 }
 
 }  // namespace

@@ -51,6 +51,9 @@ struct LoaderConfig {
   uint64_t world_size = 1;
   bool sampler_drop_last = false;
   uint64_t accumulation_steps = 1;
+  // DataLoader arguments accepted so a user can paste theirs, but which do not change
+  // which samples land in which batch (num_workers, pin_memory, ...): named in the report.
+  std::vector<std::string> ignored_keys;
 };
 
 struct LossConfig {
@@ -67,6 +70,9 @@ struct ChecksConfig {
   std::optional<Range> output_range, target_range;
   std::vector<uint64_t> probe_batch_sizes{1};
   uint64_t max_batches = 0;  // 0 = all
+  // Back-propagate each batch's loss (gradients cleared after each batch, no optimizer
+  // step). Unset: on in train mode, off in eval mode.
+  std::optional<bool> backward;
 };
 
 struct Config {

@@ -125,7 +125,8 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
     const bool probabilities = t == LossType::CrossEntropy && target.floating && target.shape == output.shape;
     if (probabilities) {
       plan.target_rule = intersect(unit_rule(), checks.target_range);
-    } else if (target.floating || (target.dtype != "int64" && !(t == LossType::CrossEntropy && target.dtype == "uint8"))) {
+    } else if (target.floating || target.dtype != "int64") {
+      // uint8 masks too: cross_entropy raises "expected scalar type Long but found Byte".
       plan.issues.push_back({"target-dtype",
                              "class-index targets must be int64, got " + target.dtype + " (PyTorch: expected scalar type Long but found " +
                                  torch_dtype_name(target.dtype) + ")",

@@ -69,7 +69,11 @@ Fix fix_batch_size_divisor(const Geometry& g) {
   f.batch_sizes = near;
   f.title = "use a batch size that divides the " + plural(n, "sample") + (g.distributed() ? " per rank" : "") +
             ": " + (near.empty() ? std::string("none besides 1") : join_uints(near));
-  f.code = near.empty() ? "" : "DataLoader(..., batch_size=" + std::to_string(near.front()) + ")";
+  // The code uses the divisor nearest the configured size (30 for 6000 at 32, not 25).
+  const uint64_t b = g.spec.batch_size;
+  auto dist = [b](uint64_t d) { return d > b ? d - b : b - d; };
+  auto best = std::min_element(near.begin(), near.end(), [&](uint64_t x, uint64_t y) { return dist(x) < dist(y); });
+  f.code = near.empty() ? "" : "DataLoader(..., batch_size=" + std::to_string(*best) + ")";
   // The nearest sizes whose tail is harmless (>= 2), for when no divisor is close.
   SuggestRequest r;
   r.samples = n;
@@ -87,7 +91,17 @@ Fix fix_pad_collate(const Geometry& g, LossType loss) {
   Fix f;
   f.id = "pad-collate";
   f.title = "pad the last batch to " + std::to_string(g.spec.batch_size) + " samples in collate_fn";
-  f.code = "DataLoader(..., collate_fn=pad_to_batch_size)";
+  // Complete and runnable: pasted as is, it defines the function the DataLoader call names.
+  const std::string b = std::to_string(g.spec.batch_size);
+  f.code =
+      "from torch.utils.data import default_collate\n"
+      "def pad_to_batch_size(batch, size=" + b + "):\n"
+      "    # Repeats samples of a short batch up to `size`; the mask marks the real ones.\n"
+      "    n = len(batch)\n"
+      "    batch = list(batch) + [batch[i % n] for i in range(size - n)]\n"
+      "    x, y = default_collate(batch)\n"
+      "    return x, y, torch.arange(size) < n  # weight the loss by the mask\n"
+      "DataLoader(..., collate_fn=pad_to_batch_size)";
   std::string pad_value;
   switch (loss) {
     case LossType::CrossEntropy:
@@ -96,7 +110,7 @@ Fix fix_pad_collate(const Geometry& g, LossType loss) {
     case LossType::BceWithLogits: pad_value = "padded targets must stay in [0, 1] and be masked out of the loss"; break;
     default: pad_value = "the pad value must satisfy the loss's target contract and be masked out of the loss"; break;
   }
-  f.tradeoff = "no sample is lost, but " + pad_value + "; BatchNorm statistics still see the padding";
+  f.tradeoff = "no sample is lost, but " + pad_value + "; BatchNorm statistics still see the repeated samples";
   return f;
 }
 
@@ -139,7 +153,20 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
                      ranks);
     f.batch = last;
     f.batches = {last};
-    for (uint64_t r : ranks) add_samples(f, plan.batch_indices(r, last));
+    // One occurrence per rank: samples are never merged across ranks.
+    for (uint64_t r : ranks) {
+      std::vector<int64_t> idx = plan.batch_indices(r, last);
+      if (f.occurrences.size() < kOccurrenceCap) {
+        Occurrence o{r, last, {}, idx.size()};
+        for (int64_t i : idx) {
+          if (o.samples.size() < kSampleCap) o.samples.push_back(i);
+        }
+        f.occurrences.push_back(std::move(o));
+      }
+      ++f.occurrences_total;
+      if (r == ranks.front()) add_samples(f, idx);
+      else f.count += idx.size();
+    }
     f.message = "the last batch (index " + std::to_string(last) + ") holds " +
                 (single ? std::string("a single sample") : std::to_string(tail) + " of " + std::to_string(s.batch_size) + " samples") +
                 rank_phrase(g) + ": " + split_text(g.samples_per_rank, s.batch_size);
@@ -181,35 +208,62 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
   }
 
   if (g.padded_samples > 0) {
-    Finding f = base("sampler-padding", Severity::Warning, ranks);
+    // Padding slot k is global position N + k: rank (N + k) mod W at position (N + k) / W
+    // of its stream. DataLoader(drop_last=True) may cut it before it is ever delivered.
+    Finding f = base("sampler-padding", Severity::Warning, {});
+    const uint64_t delivered_positions = s.drop_last ? g.full_batches * s.batch_size : g.samples_per_rank;
     std::vector<uint64_t> padded_ranks;
-    for (uint64_t k = 0; k < g.padded_samples; ++k) {
+    uint64_t delivered = 0;
+    const uint64_t scan = std::min<uint64_t>(g.padded_samples, 4096);  // W can be huge; the pattern shows early
+    for (uint64_t k = 0; k < scan; ++k) {
       uint64_t rank = 0;
-      int64_t idx = plan.padded_sample(k, &rank);
-      if (f.samples.size() < kSampleCap) f.samples.push_back(idx);
-      if (padded_ranks.size() < kSampleCap && std::find(padded_ranks.begin(), padded_ranks.end(), rank) == padded_ranks.end()) {
+      const int64_t idx = plan.padded_sample(k, &rank);
+      const uint64_t pos = static_cast<uint64_t>((static_cast<uint128>(s.samples) + k) / s.world_size);
+      if (pos >= delivered_positions) continue;
+      if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) continue;  // --rank R: only R's copies
+      ++delivered;
+      const uint64_t batch = pos / s.batch_size;
+      if (std::find(padded_ranks.begin(), padded_ranks.end(), rank) == padded_ranks.end()) {
         padded_ranks.push_back(rank);
+        ++f.occurrences_total;
+        if (f.occurrences.size() < kOccurrenceCap) f.occurrences.push_back({rank, batch, {}, 0});
       }
-      if (f.samples.size() >= kSampleCap && padded_ranks.size() >= kSampleCap) break;
+      for (auto& o : f.occurrences) {
+        if (o.rank == rank) {
+          if (o.samples.size() < kSampleCap) o.samples.push_back(idx);
+          ++o.count;
+        }
+      }
     }
-    f.count = g.padded_samples;
-    f.batch = last;
-    f.batches = {last};
-    f.message = "DistributedSampler repeats " + plural(g.padded_samples, "sample") + " so that " +
-                std::to_string(s.world_size) + " ranks get " + std::to_string(g.samples_per_rank) +
-                " each: they are seen twice per epoch and count twice in validation metrics";
-    f.evidence = {{"padded_samples", g.padded_samples}, {"ranks_receiving_padding", padded_ranks},
-                  {"samples", s.samples}, {"world_size", s.world_size}};
-    const uint64_t cut = s.samples % s.world_size;
-    f.fixes.push_back({"sampler-drop-last", "cut instead of pad", "DistributedSampler(..., drop_last=True)",
-                       per_epoch(g, cut), {}});
-    auto ws = nearest_divisors(divisors(s.samples), s.world_size, 2);
-    ws.erase(std::remove(ws.begin(), ws.end(), uint64_t{1}), ws.end());
-    if (!ws.empty()) {
-      f.fixes.push_back({"world-size-divisor", "use a world size that divides " + plural(s.samples, "sample") + ": " + join_uints(ws),
-                         "", "changes the number of processes", ws});
+    if (scan < g.padded_samples && !s.drop_last) delivered += g.padded_samples - scan;
+    if (delivered > 0) {
+      f.rank = padded_ranks.front();
+      if (padded_ranks.size() > 1) f.ranks = padded_ranks;
+      f.samples = f.occurrences.front().samples;
+      f.count = delivered;
+      f.batch = f.occurrences.front().batch;
+      for (const auto& o : f.occurrences) {
+        if (std::find(f.batches.begin(), f.batches.end(), *o.batch) == f.batches.end()) f.batches.push_back(*o.batch);
+      }
+      std::sort(f.batches.begin(), f.batches.end());
+      f.message = "DistributedSampler repeats " + plural(delivered, "sample") + " so that " + std::to_string(s.world_size) +
+                  " ranks get " + std::to_string(g.samples_per_rank) + " each: rank" + (padded_ranks.size() > 1 ? "s " : " ") +
+                  join_uints(std::vector<uint64_t>(padded_ranks.begin(), padded_ranks.begin() + std::min<std::size_t>(padded_ranks.size(), 8))) +
+                  (padded_ranks.size() > 8 ? ", ..." : "") +
+                  " see them a second time per epoch, and they count twice in validation metrics";
+      f.evidence = {{"padded_samples", delivered}, {"ranks_receiving_padding", padded_ranks},
+                    {"samples", s.samples}, {"world_size", s.world_size}};
+      const uint64_t cut = s.samples % s.world_size;
+      f.fixes.push_back({"sampler-drop-last", "cut instead of pad", "DistributedSampler(..., drop_last=True)",
+                         per_epoch(g, cut), {}});
+      auto ws = nearest_divisors(divisors(s.samples), s.world_size, 2);
+      ws.erase(std::remove(ws.begin(), ws.end(), uint64_t{1}), ws.end());
+      if (!ws.empty()) {
+        f.fixes.push_back({"world-size-divisor", "use a world size that divides " + plural(s.samples, "sample") + ": " + join_uints(ws),
+                           "", "changes the number of processes", ws});
+      }
+      out.push_back(f);
     }
-    out.push_back(f);
   }
 
   const uint64_t k = s.accumulation_steps;

@@ -1,5 +1,7 @@
 #include "core/report.h"
 
+#include <algorithm>
+
 namespace batchcheck {
 
 const char* to_string(Severity s) {
@@ -56,12 +58,23 @@ nlohmann::ordered_json to_json(const Finding& f) {
   j["samples"] = f.samples;
   j["count"] = f.count;
   j["stage"] = f.stage;
-  if (f.probe) j["probe"] = true;
+  if (f.probe) j["probe"] = f.probe_size;
   j["message"] = f.message;
   j["evidence"] = f.evidence;
   j["cuda_equivalent"] = f.cuda_equivalent.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(f.cuda_equivalent);
   j["fixes"] = nlohmann::ordered_json::array();
   for (const auto& fix : f.fixes) j["fixes"].push_back(to_json(fix));
+  if (!f.occurrences.empty()) {
+    nlohmann::ordered_json occ = nlohmann::ordered_json::array();
+    for (const auto& o : f.occurrences) {
+      occ.push_back({{"rank", o.rank ? nlohmann::ordered_json(*o.rank) : nlohmann::ordered_json()},
+                     {"batch", o.batch ? nlohmann::ordered_json(*o.batch) : nlohmann::ordered_json()},
+                     {"samples", o.samples},
+                     {"count", o.count}});
+    }
+    j["occurrences"] = occ;
+    j["occurrences_total"] = std::max<uint64_t>(f.occurrences_total, f.occurrences.size());
+  }
   return j;
 }
 

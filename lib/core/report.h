@@ -26,6 +26,14 @@ struct Fix {
   std::vector<uint64_t> batch_sizes;  // concrete sizes, for the batch-size fixes
 };
 
+// One batch (or one probe) where a finding occurred: its samples are never merged with
+// another batch's or rank's.
+struct Occurrence {
+  std::optional<uint64_t> rank, batch;
+  std::vector<int64_t> samples;  // dataset indices concerned in this batch, capped
+  uint64_t count = 0;            // samples concerned in this batch
+};
+
 struct Finding {
   std::string id;
   Severity severity = Severity::Info;
@@ -41,7 +49,12 @@ struct Finding {
   std::string cuda_equivalent;
   std::vector<Fix> fixes;
   bool probe = false;
+  uint64_t probe_size = 0;               // the probe's batch size, for probe findings
+  std::vector<Occurrence> occurrences;   // the first kOccurrenceCap, in (rank, batch) order
+  uint64_t occurrences_total = 0;
 };
+
+constexpr std::size_t kOccurrenceCap = 32;
 
 nlohmann::ordered_json to_json(const Fix& f);
 nlohmann::ordered_json to_json(const Finding& f);

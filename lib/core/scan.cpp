@@ -13,6 +13,7 @@
 #include "core/errors.h"
 #include "core/factor.h"
 #include "core/findings.h"
+#include "core/fixes.h"
 #include "core/suggest.h"
 #include "core/text.h"
 #include "core/worker.h"
@@ -158,8 +159,11 @@ class Scanner {
                                   const TensorMeta& target, BatchView& view, bool prior_error) const;
   void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
   void collect_pending();
-  void attach_fixes(Finding& f) const;
   void check_batchnorm_stats(const BatchContext& ctx);
+  void run_backward(const BatchContext& ctx);
+  void run_probes(const DatasetInfo& data, ScanResult& result);
+  void mode_findings();
+  void finish_findings(const std::vector<uint64_t>& ranks);
   bool stop_requested() const { return settings_.stop && settings_.stop->load() != 0; }
   void progress(uint64_t done, uint64_t total, bool final = false);
 
@@ -169,7 +173,10 @@ class Scanner {
   std::ostream& log_;
   std::optional<BatchPlan> plan_;
   std::vector<Finding> findings_;
-  std::map<std::tuple<std::string, int64_t, bool>, std::size_t> index_;
+  // (id, rank or -1, probe size or 0) -> finding
+  std::map<std::tuple<std::string, int64_t, uint64_t>, std::size_t> index_;
+  std::vector<std::vector<int64_t>> first_batch_;  // per finding: its first batch's indices
+  bool backward_ = false;
   uint64_t largest_ok_batch_ = 0;
   bool batch_has_error_ = false;
   ModelInfo model_;
@@ -183,18 +190,20 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
                      const std::string& message, nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows,
                      uint64_t total_rows, const std::string& cuda_equivalent) {
   batch_has_error_ = true;
-  auto key = std::make_tuple(id, ctx.rank ? static_cast<int64_t>(*ctx.rank) : -1, ctx.probe);
+  auto key = std::make_tuple(id, ctx.rank ? static_cast<int64_t>(*ctx.rank) : -1, ctx.probe ? ctx.size : 0);
   auto it = index_.find(key);
   Finding* f;
   if (it == index_.end()) {
     index_[key] = findings_.size();
     findings_.emplace_back();
+    first_batch_.push_back(*ctx.indices);
     f = &findings_.back();
     f->id = id;
     f->severity = Severity::Error;
     f->rank = ctx.rank;
     f->batch = ctx.batch;
     f->probe = ctx.probe;
+    f->probe_size = ctx.probe ? ctx.size : 0;
     f->stage = stage;
     f->message = message;
     f->evidence = std::move(evidence);
@@ -203,17 +212,33 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
   } else {
     f = &findings_[it->second];
   }
+  const bool new_batch = f->occurrences_total == 0 || f->occurrences.empty() || f->occurrences.back().batch != ctx.batch;
   if (ctx.batch && (f->batches.empty() || f->batches.back() != *ctx.batch)) f->batches.push_back(*ctx.batch);
-  if (ctx.probe) {
-    auto& sizes = f->evidence["probe_batch_sizes"];
-    if (!sizes.is_array()) sizes = nlohmann::ordered_json::array();
-    sizes.push_back(ctx.size);
+  Occurrence* occ = nullptr;
+  if (new_batch) {
+    ++f->occurrences_total;
+    if (f->occurrences.size() < kOccurrenceCap) {
+      f->occurrences.push_back({ctx.rank, ctx.batch, {}, 0});
+      occ = &f->occurrences.back();
+    }
+  } else {
+    occ = &f->occurrences.back();
   }
+  const bool first = occ && occ == &f->occurrences.front();
   for (uint64_t r : rows) {
-    if (f->samples.size() >= kSampleCap) break;
-    int64_t idx = (*ctx.indices)[r];
-    if (std::find(f->samples.begin(), f->samples.end(), idx) == f->samples.end()) f->samples.push_back(idx);
+    // A row of the batch, never of a tensor that is larger than the batch.
+    if (r >= ctx.indices->size()) continue;
+    const int64_t idx = (*ctx.indices)[r];
+    if (occ && occ->samples.size() < kSampleCap &&
+        std::find(occ->samples.begin(), occ->samples.end(), idx) == occ->samples.end()) {
+      occ->samples.push_back(idx);
+    }
+    // `samples` is the first occurrence's: never merged across batches or ranks.
+    if (first && f->samples.size() < kSampleCap && std::find(f->samples.begin(), f->samples.end(), idx) == f->samples.end()) {
+      f->samples.push_back(idx);
+    }
   }
+  if (occ) occ->count += total_rows;
   f->count += total_rows;
 }
 
@@ -316,12 +341,22 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     else if (contains(fwd.error, "out of bounds for dimension") && contains(fwd.error, "gather")) cuda = kCudaGather;
     else if (contains(fwd.error, "out of bounds for dimension")) cuda = kCudaIndex;
     std::string msg;
-    if (id == "batchnorm-single-value") {
+    const TensorMeta in = backend_.meta(Slot::Input);
+    if (in.present && in.dtype == "float64" &&
+        (contains(fwd.error, "expected scalar type Double but found Float") ||
+         contains(fwd.error, "expected scalar type Float but found Double") ||
+         contains(fwd.error, "should be the same") || contains(fwd.error, "must have the same dtype"))) {
+      // The classic: float64 numpy data into a float32 model.
+      ev["cause"] = "input-dtype";
+      ev["input_dtype"] = in.dtype;
+      msg = "the inputs are float64 but the model computes in float32; forward raised on a batch of " +
+            plural(ctx.size, "sample") + ": " + fwd.error;
+    } else if (id == "batchnorm-single-value") {
       msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
     } else if (id == "hardcoded-batch-size") {
       msg = "forward runs at batch size " + std::to_string(largest_ok_batch_) + " but fails at " +
             std::to_string(ctx.size) + " with a shape error: " + fwd.error;
-    } else {
+    } else if (msg.empty()) {
       msg = "forward raised on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
     }
     record(ctx, id, "forward", msg, ev, all_rows(ctx.size), ctx.size, cuda);
@@ -346,6 +381,8 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
   if (!view) {
     CurrentBatch current(backend_);
     apply(ctx, post_stage(ctx, plan, output, target, current, prior_error));
+    // The loss was computed and is finite exactly when nothing was found in this batch.
+    if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
     return;
   }
   if (!worker_) worker_ = std::make_unique<Worker<std::vector<Emitted>>>();
@@ -403,6 +440,37 @@ void Scanner::collect_pending() {
   batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
 }
 
+void Scanner::run_backward(const BatchContext& ctx) {
+  BackwardResult b = backend_.backward();
+  if (!b.ok) {
+    nlohmann::ordered_json ev = {{"error", b.error}};
+    if (!b.location.empty()) ev["location"] = b.location;
+    if (!b.traceback.empty()) ev["traceback"] = b.traceback;
+    record(ctx, "backward-error", "backward",
+           "loss.backward() raised on a batch of " + plural(ctx.size, "sample") + " (forward and loss succeeded): " + b.error,
+           ev, all_rows(ctx.size), ctx.size);
+    return;
+  }
+  if (b.nonfinite_total == 0) return;
+  nlohmann::ordered_json params = nlohmann::ordered_json::array();
+  std::vector<std::string> names;
+  for (const auto& g : b.nonfinite) {
+    params.push_back({{"name", g.name}, {"elements", g.elements}, {"nan", g.nan}, {"inf", g.inf}});
+    if (names.size() < 3) {
+      std::vector<std::string> parts;
+      if (g.nan) parts.push_back(plural(g.nan, "NaN", "NaNs"));
+      if (g.inf) parts.push_back(plural(g.inf, "Inf", "Infs"));
+      names.push_back(g.name + " (" + join(parts, ", ") + ")");
+    }
+  }
+  std::string more = b.nonfinite_total > names.size() ? " and " + std::to_string(b.nonfinite_total - names.size()) + " more" : "";
+  record(ctx, "gradient-nonfinite", "backward",
+         "loss.backward() on a batch of " + plural(ctx.size, "sample") + " gave non-finite gradients to " +
+             plural(b.nonfinite_total, "parameter") + ": " + join(names) + more +
+             "; one optimizer step would write NaN/Inf into the weights",
+         {{"parameters", params}, {"nonfinite_parameters", b.nonfinite_total}}, all_rows(ctx.size), ctx.size);
+}
+
 void Scanner::check_batchnorm_stats(const BatchContext& ctx) {
   // Only a batch of one can give BatchNorm a single value per channel; NaN statistics
   // stay NaN, so only modules that were finite before this batch count.
@@ -419,6 +487,132 @@ void Scanner::check_batchnorm_stats(const BatchContext& ctx) {
          "(a traced model loses PyTorch's check), but its running_var became NaN: every evaluation after "
          "this epoch returns NaN",
          {{"batchnorm_modules", fresh}, {"nonfinite_running_stats", true}}, {0}, 1);
+}
+
+// Probes: batches of the given sizes from the start of the dataset, on the model exactly
+// as loaded from its file (no running statistics from the replay's batches).
+void Scanner::run_probes(const DatasetInfo& data, ScanResult& result) {
+  if (!result.complete) return;
+  bool reset = false;
+  for (uint64_t size : cfg_.checks.probe_batch_sizes) {
+    if (size > data.samples || size == 0 || stop_requested()) continue;
+    if (!reset) {
+      collect_pending();
+      backend_.reset_model();
+      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+      reset = true;
+    }
+    std::vector<int64_t> probe(size);
+    for (uint64_t i = 0; i < size; ++i) probe[i] = static_cast<int64_t>(i);
+    BatchContext ctx{std::nullopt, std::nullopt, true, &probe, size};
+    check_batch(ctx);
+    if (settings_.verbosity > 0) {
+      log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
+    }
+  }
+  collect_pending();
+  if (stop_requested()) result.complete = false;
+}
+
+namespace {
+
+// The batch sizes the configured loader delivers (the same on every rank).
+std::vector<uint64_t> produced_sizes(const Geometry& g) {
+  std::vector<uint64_t> out;
+  if (g.full_batches > 0) out.push_back(g.spec.batch_size);
+  if (g.last_batch_size > 0 && g.last_batch_size != g.spec.batch_size) out.push_back(g.last_batch_size);
+  return out;
+}
+
+// The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
+uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
+  const uint64_t b = g.spec.batch_size, w = g.spec.world_size;
+  uint64_t per_rank = g.samples_per_rank - g.samples_per_rank % b + size;
+  if (per_rank < g.samples_per_rank) per_rank += b;
+  return per_rank > UINT64_MAX / w ? UINT64_MAX : per_rank * w;
+}
+
+}  // namespace
+
+void Scanner::finish_findings(const std::vector<uint64_t>& ranks) {
+  const Geometry& g = plan_->geometry();
+  const std::vector<uint64_t> produced = produced_sizes(g);
+  // A probe that only repeats what the replay already found adds nothing.
+  std::vector<std::string> replay_ids;
+  for (const auto& f : findings_) {
+    if (!f.probe) replay_ids.push_back(f.id);
+  }
+  std::vector<Finding> kept;
+  std::vector<std::vector<int64_t>> kept_batches;
+  for (std::size_t i = 0; i < findings_.size(); ++i) {
+    Finding& f = findings_[i];
+    if (f.probe && std::find(replay_ids.begin(), replay_ids.end(), f.id) != replay_ids.end()) continue;
+    if (f.probe && std::find(produced.begin(), produced.end(), f.probe_size) == produced.end()) {
+      // The loader never delivers this size: a fragile model, not a failing setup.
+      f.severity = Severity::Warning;
+      std::vector<std::string> sizes;
+      for (uint64_t p : produced) sizes.push_back(std::to_string(p));
+      f.message += "; the configured loader never delivers a batch of " + std::to_string(f.probe_size) +
+                   (sizes.empty() ? std::string(" (it delivers no batch)") : " (its batches hold " + join(sizes, " or ") + " samples)") +
+                   ", so training does not hit this now";
+      if (f.probe_size < g.spec.batch_size) {
+        f.message += "; it would with " + plural(f.probe_size, "sample") + " left over per rank, e.g. a dataset of " +
+                     std::to_string(dataset_size_for_tail(g, f.probe_size)) + " samples" +
+                     (g.spec.drop_last ? " with drop_last=False" : "");
+      }
+      f.evidence["delivered_batch_sizes"] = produced;
+    }
+    kept.push_back(std::move(f));
+    kept_batches.push_back(std::move(first_batch_[i]));
+  }
+  findings_ = std::move(kept);
+  first_batch_ = std::move(kept_batches);
+
+  FixContext fc;
+  fc.geometry = &g;
+  fc.loss = cfg_.loss;
+  fc.mode = cfg_.model.mode;
+  fc.backward = backward_;
+  fc.output = cfg_.model.output;
+  for (std::size_t i = 0; i < findings_.size(); ++i) {
+    fc.batch_indices = first_batch_[i];
+    if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);
+  }
+  for (auto& f : geometry_findings(*plan_, ranks, cfg_.loss.type)) {
+    if (f.id == "tail-batch-singleton" && !model_.batchnorm_modules.empty()) {
+      f.message += "; the model has BatchNorm (" + model_.batchnorm_modules.front() +
+                   (model_.batchnorm_modules.size() > 1 ? " and " + std::to_string(model_.batchnorm_modules.size() - 1) + " more" : "") + ")";
+    }
+    findings_.push_back(std::move(f));
+  }
+}
+
+// A traced archive runs BatchNorm and dropout in the mode it was traced in: say so when
+// the scan asks for the other one, since a train-mode failure then cannot show.
+void Scanner::mode_findings() {
+  const bool train = cfg_.model.mode == Mode::Train;
+  const FrozenModeOps& frozen = train ? model_.frozen_eval : model_.frozen_train;
+  if (frozen.total() == 0) return;
+  std::vector<std::string> ops;
+  if (frozen.batch_norm) ops.push_back(plural(frozen.batch_norm, "batch_norm op", "batch_norm ops"));
+  if (frozen.dropout) ops.push_back(plural(frozen.dropout, "dropout op", "dropout ops"));
+  const char* traced_in = train ? "eval" : "train";
+  Finding f;
+  f.id = "trace-mode-mismatch";
+  f.severity = Severity::Warning;
+  f.stage = "model";
+  f.message = "the model was traced in " + std::string(traced_in) + " mode: " + join(ops, " and ") +
+              (frozen.total() == 1 ? " has" : " have") + " training=" + (train ? "False" : "True") + " frozen into the graph, so mode \"" + to_string(cfg_.model.mode) +
+              "\" has no effect on them" +
+              (train ? "; BatchNorm uses its running statistics and dropout is off, so train-time failures "
+                       "(BatchNorm on one value per channel) cannot show in this replay"
+                     : "; BatchNorm normalizes with batch statistics and updates them, and dropout stays on");
+  f.evidence = {{"traced_in", traced_in},
+                {"scan_mode", to_string(cfg_.model.mode)},
+                {"frozen_batch_norm_ops", frozen.batch_norm},
+                {"frozen_dropout_ops", frozen.dropout}};
+  findings_.push_back(std::move(f));
+  first_batch_.emplace_back();
 }
 
 void Scanner::progress(uint64_t done, uint64_t total, bool final) {
@@ -442,6 +636,8 @@ ScanResult Scanner::run(const OrderFn& order) {
   start_ = std::chrono::steady_clock::now();
   const DatasetInfo data = backend_.dataset();
   model_ = backend_.model();
+  backward_ = cfg_.checks.backward.value_or(cfg_.model.mode == Mode::Train);
+  mode_findings();
   bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   plan_.emplace(compute_geometry(spec), order(spec));
@@ -480,6 +676,13 @@ ScanResult Scanner::run(const OrderFn& order) {
   std::vector<int64_t> indices, next;
   for (std::size_t ri = 0; ri < ranks.size(); ++ri) {
     const uint64_t rank = ranks[ri];
+    if (ri > 0) {
+      // Each DDP rank trains its own replica loaded from the file: no running statistics
+      // carry over from the previous rank's batches.
+      collect_pending();
+      backend_.reset_model();
+      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+    }
     for (std::size_t bi = 0; bi < batch_list.size(); ++bi) {
       const uint64_t b = batch_list[bi];
       if (stop_requested()) {
@@ -513,40 +716,8 @@ ScanResult Scanner::run(const OrderFn& order) {
   collect_pending();
   if (total) progress(done, total, true);
 
-  // Probes: batches of the given sizes from the start of the dataset.
-  std::vector<Finding> replay = findings_;
-  if (result.complete) {
-    for (uint64_t size : cfg_.checks.probe_batch_sizes) {
-      if (size > data.samples || stop_requested()) continue;
-      std::vector<int64_t> probe(size);
-      for (uint64_t i = 0; i < size; ++i) probe[i] = static_cast<int64_t>(i);
-      BatchContext ctx{std::nullopt, std::nullopt, true, &probe, size};
-      check_batch(ctx);
-      if (settings_.verbosity > 0) {
-        log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
-      }
-    }
-    collect_pending();
-    if (stop_requested()) result.complete = false;
-  }
-  // A probe that only repeats what the replay already found adds nothing.
-  std::vector<Finding> merged;
-  for (auto& f : findings_) {
-    if (f.probe && std::any_of(replay.begin(), replay.end(), [&](const Finding& r) { return r.id == f.id; })) continue;
-    merged.push_back(f);
-  }
-  findings_ = std::move(merged);
-
-  for (auto& f : geometry_findings(*plan_, ranks, cfg_.loss.type)) {
-    if (f.id == "tail-batch-singleton" && !model_.batchnorm_modules.empty()) {
-      f.message += "; the model has BatchNorm (" + model_.batchnorm_modules.front() +
-                   (model_.batchnorm_modules.size() > 1 ? " and " + std::to_string(model_.batchnorm_modules.size() - 1) + " more" : "") + ")";
-    }
-    findings_.push_back(std::move(f));
-  }
-  for (auto& f : findings_) {
-    if (f.fixes.empty()) attach_fixes(f);
-  }
+  run_probes(data, result);
+  finish_findings(ranks);
   std::stable_sort(findings_.begin(), findings_.end(), [](const Finding& a, const Finding& b) {
     if (a.severity != b.severity) return a.severity > b.severity;
     if (a.probe != b.probe) return !a.probe;
@@ -567,6 +738,7 @@ ScanResult Scanner::run(const OrderFn& order) {
   r["device"] = backend_.device();
   r["mode"] = to_string(cfg_.model.mode);
   r["sync"] = cfg_.sync;
+  r["backward"] = backward_;
   auto meta_shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };
   auto meta_dtype = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.dtype) : nlohmann::ordered_json(); };
   r["dataset"] = {{"samples", data.samples},
@@ -620,118 +792,14 @@ ScanResult Scanner::run(const OrderFn& order) {
   if (cfg_.checks.max_batches && !settings_.edges && cfg_.checks.max_batches < g.batches_per_rank) {
     notes.push_back("max_batches: only the first " + std::to_string(cfg_.checks.max_batches) + " batches of each rank were checked");
   }
+  if (!cfg_.loader.ignored_keys.empty()) {
+    notes.push_back("loader." + join(cfg_.loader.ignored_keys, ", loader.") +
+                    ": accepted; they change how fast batches arrive, not which samples they hold, so the replay is the same");
+  }
   r["notes"] = notes;
   SeverityCounts c = count_severities(findings_);
   r["summary"] = {{"errors", c.errors}, {"warnings", c.warnings}, {"infos", c.infos}};
   return result;
-}
-
-void Scanner::attach_fixes(Finding& f) const {
-  const Geometry& g = plan_->geometry();
-  const uint64_t size = f.evidence.value("batch_size", uint64_t{0});
-  const bool small_batch = size > 0 && size < g.spec.batch_size;
-  const bool tail = f.batch && *f.batch + 1 == g.batches_per_rank && g.last_batch_size < g.spec.batch_size;
-  const LossType loss = cfg_.loss.type;
-  auto tail_fixes = [&] {
-    if (tail || (f.probe && small_batch)) {
-      f.fixes.push_back(fix_drop_last(g));
-      f.fixes.push_back(fix_batch_size_divisor(g));
-    }
-  };
-  std::string sample_list = join_ints(std::vector<int64_t>(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 8)));
-  Fix reproduce{"reproduce", "reproduce it in Python on the same samples",
-                "x = torch.stack([dataset[i][0] for i in [" + sample_list + "]]); model.train(" +
-                    (cfg_.model.mode == Mode::Train ? "True" : "False") + "); model(x)",
-                "", {}};
-  const std::string& id = f.id;
-  if (id == "batchnorm-single-value") {
-    tail_fixes();
-    f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
-                       "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm2d(num_channels)",
-                       "changes the architecture: retrain; independent of the batch size", {}});
-  } else if (id == "hardcoded-batch-size") {
-    f.fixes.push_back({"dynamic-batch-dim", "derive the batch dimension from the input",
-                       "x.view(x.size(0), -1)  # or x.flatten(1), instead of x.view(" + std::to_string(g.spec.batch_size) + ", -1)",
-                       "none: the model then runs at every batch size", {}});
-    if (size == 1) {
-      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()",
-                         "none", {}});
-    }
-    tail_fixes();
-  } else if (id == "batch-dim-mismatch") {
-    if (size == 1) {
-      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()",
-                         "none: a batch of one keeps its batch dimension", {}});
-    }
-    f.fixes.push_back({"dynamic-batch-dim", "derive the batch dimension from the input",
-                       "x.view(x.size(0), -1)  # instead of a fixed batch size", "none", {}});
-    tail_fixes();
-  } else if (id == "shape-mismatch") {
-    const auto& ts = f.evidence.value("target_shape", nlohmann::ordered_json());
-    const auto& os = f.evidence.value("output_shape", nlohmann::ordered_json());
-    f.fixes.push_back({"reshape-target", "make the target's shape match what the loss expects",
-                       os.is_array() && ts.is_array() && os.size() == ts.size() + 1 ? "target = target.unsqueeze(1)"
-                                                                                      : "target = target.view_as(prediction)",
-                       "check that the reshaped target still lines up sample by sample", {}});
-    if (size == 1) {
-      f.fixes.push_back({"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()", "none", {}});
-    }
-    tail_fixes();
-  } else if (id == "output-nonfinite" || id == "output-out-of-range") {
-    if (loss == LossType::Bce) {
-      f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)",
-                         "nn.BCEWithLogitsLoss()  # model returns logits",
-                         "numerically stable; apply torch.sigmoid at inference", {}});
-    }
-    if (id == "output-out-of-range") {
-      if (loss == LossType::Nll) {
-        f.fixes.push_back({"log-softmax-output", "return log-probabilities", "F.log_softmax(logits, dim=1)",
-                           "or return logits and use cross_entropy", {}});
-      }
-      f.fixes.push_back({"clamp-predictions", "clamp predictions into the allowed range",
-                         loss == LossType::Bce ? "pred = pred.clamp(1e-7, 1 - 1e-7)" : "pred = pred.clamp(lo, hi)",
-                         "hides the cause; gradients vanish outside the range", {}});
-    }
-    tail_fixes();
-    f.fixes.push_back(reproduce);
-  } else if (id == "target-out-of-range") {
-    const auto& vals = f.evidence.value("offending_values", nlohmann::ordered_json::array());
-    if (loss == LossType::CrossEntropy || loss == LossType::Nll) {
-      std::string v = vals.empty() ? "255" : format_number(vals[0].get<double>());
-      f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
-                         std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") + "(ignore_index=" + v + ")",
-                         "samples or pixels labelled " + v + " stop contributing to the loss", {}});
-      f.fixes.push_back({"remap-labels", "map out-of-range labels to valid classes in the dataset",
-                         "target[target == " + v + "] = <class>", "changes the labels", {}});
-    } else {
-      double mx = f.evidence.value("max", 0.0);
-      if (mx > 1 && mx <= 255) {
-        f.fixes.push_back({"scale-targets", "scale 0..255 masks to 0..1", "target = target / 255.0",
-                           "none if the masks are 8-bit images", {}});
-      }
-      f.fixes.push_back({"clamp-targets", "clamp targets into the allowed range", "target = target.clamp(0, 1)",
-                         "hides label errors", {}});
-    }
-  } else if (id == "input-nonfinite" || id == "target-nonfinite") {
-    f.fixes.push_back({"clean-data", "remove or impute the samples with NaN/Inf",
-                       "np.isfinite(x.reshape(len(x), -1)).all(axis=1)  # keep mask",
-                       "fewer samples, or imputed values", {}});
-  } else if (id == "target-dtype") {
-    const bool cls = loss == LossType::CrossEntropy || loss == LossType::Nll;
-    f.fixes.push_back({"cast-target", cls ? "cast class indices to int64" : "cast targets to the prediction's dtype",
-                       cls ? "target = target.long()" : "target = target.to(prediction.dtype)", "none", {}});
-  } else if (id == "loss-nonfinite") {
-    if (contains(f.message, "ignore_index")) {
-      f.fixes.push_back({"ignore-index-mean", "avoid batches whose targets are all ignored",
-                         "loss = loss_sum / max(valid_count, 1)  # reduction='sum' then divide",
-                         "changes the weighting of small batches", {}});
-    }
-    tail_fixes();
-    f.fixes.push_back(reproduce);
-  } else {
-    tail_fixes();
-    f.fixes.push_back(reproduce);
-  }
 }
 
 }  // namespace
@@ -775,7 +843,10 @@ std::string format_summary(const ScanResult& result) {
     out << "\n    " << f.message << "\n";
     if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
     for (const auto& fix : f.fixes) {
-      out << "    fix " << fix.id << ": " << (fix.code.empty() ? fix.title : fix.code);
+      std::string code = fix.code.empty() ? fix.title : fix.code;
+      // Multi-line code (a whole collate_fn) stays readable under its fix line.
+      for (std::size_t p = code.find('\n'); p != std::string::npos; p = code.find('\n', p + 1)) code.insert(p + 1, "        ");
+      out << "    fix " << fix.id << ": " << code;
       if (!fix.tradeoff.empty()) out << "  (" << fix.tradeoff << ")";
       out << "\n";
     }

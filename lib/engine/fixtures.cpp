@@ -23,7 +23,8 @@ torch::jit::Module build(const ModuleSpec& spec) {
     for (auto d : p.shape) n *= d;
     at::Tensor t = p.values.empty() ? at::zeros(p.shape) : at::tensor(p.values).reshape(p.shape).clone();
     if (static_cast<int64_t>(t.numel()) != n) throw std::runtime_error("ParamSpec " + p.name + ": size mismatch");
-    m.register_parameter(p.name, t, /*is_buffer=*/false);
+    // As nn.Parameter: gradients flow to it, so the scan's backward pass sees it.
+    m.register_parameter(p.name, p.buffer ? t : t.set_requires_grad(true), p.buffer);
   }
   for (const auto& [name, child] : spec.children) m.register_module(name, build(child));
   m.define(spec.source);

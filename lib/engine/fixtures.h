@@ -11,6 +11,7 @@ struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> values;  // row-major; empty: zeros
+  bool buffer = false;        // a buffer (running statistics): no gradient
 };
 
 struct ModuleSpec {

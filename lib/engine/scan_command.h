@@ -18,6 +18,7 @@ struct ScanCommand {
   std::optional<std::string> device;
   std::optional<Mode> mode;
   bool edges = false;
+  bool no_backward = false;  // --no-backward
   std::optional<uint64_t> max_batches;
   std::optional<uint64_t> rank;
   std::optional<uint64_t> threads;

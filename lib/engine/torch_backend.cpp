@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
@@ -20,6 +22,7 @@
 #include "core/contract.h"
 #include "core/error_text.h"
 #include "core/errors.h"
+#include "core/file_kind.h"
 #include "core/npy.h"
 #include "core/worker.h"
 #include "core/text.h"
@@ -116,12 +119,14 @@ at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const Loss
 std::string exception_message(const std::exception& e);
 
 // The loss of one batch, and whether it is finite. Never throws for a failing loss.
+// With `keep`, the loss is computed with autograd and stored there for backward().
 LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss, const c10::Device& device,
-                    bool sync) {
+                    bool sync, at::Tensor* keep = nullptr) {
   LossResult r;
   try {
-    at::NoGradGuard no_grad;
+    at::AutoGradMode grad(keep != nullptr);
     at::Tensor l = compute_loss(out, tgt, loss);
+    if (keep) *keep = l;
     if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
     at::Tensor host = l.detach().to(at::kCPU).to(at::kDouble).contiguous().view({-1});
     r.elements = static_cast<uint64_t>(host.numel());
@@ -158,6 +163,26 @@ class TorchBatchView : public BatchView {
   c10::Device device_;
   bool sync_;
 };
+
+// What an IValue is, in Python's words (never LibTorch's GenericDict/GenericList).
+std::string describe(const c10::IValue& v) {
+  if (v.isTensor()) return "a tensor";
+  if (v.isGenericDict()) return "a dict";
+  if (v.isList()) return "a list";
+  if (v.isTuple()) return "a tuple";
+  if (v.isString()) return "a string";
+  if (v.isInt()) return "an int";
+  if (v.isDouble()) return "a float";
+  if (v.isBool()) return "a bool";
+  if (v.isNone()) return "None";
+  if (v.isObject()) return "an object";
+  return "a " + std::string(v.tagKind());
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 bool plain_finite_rule(const ValueRule& r) { return r.finite && !r.lo && !r.hi && !r.class_index; }
 
@@ -244,6 +269,8 @@ class PtSource : public DataSource {
     try {
       v = torch::pickle_load(bytes);
     } catch (const std::exception& e) {
+      std::string hint = data_file_hint(classify_torch_file(std::string_view(bytes.data(), bytes.size())));
+      if (!hint.empty()) throw InputError(display_, "", hint);
       throw InputError(display_, "", "not a file written by torch.save (" + single_line(exception_message(e)).substr(0, 200) + ")");
     }
     if (v.isGenericDict()) {
@@ -252,7 +279,7 @@ class PtSource : public DataSource {
         for (const auto& item : dict) {
           if (item.key().isString() && item.key().toStringRef() == key) {
             if (!item.value().isTensor()) {
-              throw InputError(display_, "key \"" + key + "\"", "is not a tensor (got " + item.value().tagKind() + ")");
+              throw InputError(display_, "key \"" + key + "\"", "is not a tensor (got " + describe(item.value()) + ")");
             }
             return item.value().toTensor();
           }
@@ -277,7 +304,7 @@ class PtSource : public DataSource {
       }
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (!items[i].isTensor()) {
-          throw InputError(display_, "element " + std::to_string(i), "is not a tensor (got " + items[i].tagKind() + ")");
+          throw InputError(display_, "element " + std::to_string(i), "is not a tensor (got " + describe(items[i]) + ")");
         }
       }
       inputs_ = items[0].toTensor();
@@ -285,7 +312,7 @@ class PtSource : public DataSource {
     } else if (v.isTensor()) {
       inputs_ = v.toTensor();
     } else {
-      throw InputError(display_, "", "expected a dict of tensors or a tuple (inputs, targets), got " + v.tagKind());
+      throw InputError(display_, "", "expected a dict of tensors or a tuple (inputs, targets), got " + describe(v));
     }
     if (inputs_.dim() == 0) throw InputError(display_, "inputs", "a 0-d tensor has no sample dimension");
     if (targets_.defined()) {
@@ -353,6 +380,7 @@ class TorchBackend : public Backend {
     target_ = std::move(s.target);
     input_stats_ = std::move(s.input_stats);
     output_ = at::Tensor();
+    loss_ = at::Tensor();
     checked_.clear();
   }
 
@@ -374,7 +402,8 @@ class TorchBackend : public Backend {
   ForwardResult forward() override {
     ForwardResult r;
     try {
-      at::NoGradGuard no_grad;
+      // With backward on, autograd records the graph as in training.
+      at::AutoGradMode grad(opt_.backward);
       c10::IValue out = module_.forward({input_});
       output_ = select_output(out);
       synchronize();
@@ -390,11 +419,44 @@ class TorchBackend : public Backend {
     return r;
   }
 
-  LossResult loss(const LossConfig& loss) override { return run_loss(output_, target_, loss, device_, opt_.sync); }
+  LossResult loss(const LossConfig& loss) override {
+    return run_loss(output_, target_, loss, device_, opt_.sync, opt_.backward ? &loss_ : nullptr);
+  }
 
   std::shared_ptr<BatchView> snapshot() override {
+    // Backward needs this batch's graph and the parameters' gradients on the main thread.
+    if (opt_.backward) return nullptr;
     return std::make_shared<TorchBatchView>(output_, target_, device_, opt_.sync);
   }
+
+  BackwardResult backward() override {
+    BackwardResult r;
+    at::Tensor l = std::move(loss_);
+    loss_ = at::Tensor();
+    if (!l.defined() || !l.requires_grad()) {
+      r.ok = true;  // nothing in the model takes a gradient
+      return r;
+    }
+    try {
+      if (l.numel() != 1) l = l.sum();  // reduction="none"
+      l.backward();
+      synchronize();
+      r.ok = true;
+      check_gradients(r);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      ErrorText t = parse_error_text(exception_message(e));
+      r.error = t.message;
+      r.location = t.location;
+      r.traceback = t.traceback;
+    }
+    output_ = at::Tensor();  // frees the graph
+    clear_gradients();
+    return r;
+  }
+
+  void reset_model() override { load_module(); }
 
   std::string device() const override { return device_.str(); }
 
@@ -437,6 +499,97 @@ class TorchBackend : public Backend {
     }
   }
 
+  // Gradients that are not finite, by parameter. One reduction per parameter and one
+  // host transfer; exact counts only for the parameters whose sum is not finite.
+  void check_gradients(BackwardResult& r) {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> grads, sums;
+    for (const auto& p : module_.named_parameters(true)) {
+      const at::Tensor& g = p.value.grad();
+      if (!g.defined() || !at::isFloatingType(g.scalar_type())) continue;
+      names.push_back(p.name);
+      grads.push_back(g);
+      sums.push_back(g.detach().sum().to(at::kDouble));
+    }
+    if (grads.empty()) return;
+    at::Tensor all = at::stack(sums).to(at::kCPU).contiguous();
+    const double* v = all.data_ptr<double>();
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (std::isfinite(v[i])) continue;
+      at::Tensor g = grads[i].detach();
+      GradStats s;
+      s.name = names[i];
+      s.elements = static_cast<uint64_t>(g.numel());
+      s.nan = static_cast<uint64_t>(at::isnan(g).sum().item<int64_t>());
+      s.inf = static_cast<uint64_t>(at::isinf(g).sum().item<int64_t>());
+      if (s.nan + s.inf == 0) continue;  // the sum overflowed; every element is finite
+      if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
+      ++r.nonfinite_total;
+    }
+  }
+
+  void clear_gradients() {
+    for (const auto& p : module_.named_parameters(true)) {
+      if (p.value.grad().defined()) p.value.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+    }
+  }
+
+  // Training-mode flags that tracing turned into constants: aten::batch_norm's `training`
+  // and aten::dropout's `train` are graph inputs in a scripted module (self.training), but
+  // literals in a traced one.
+  void find_frozen_mode_ops(const torch::jit::Method& method) {
+    std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(method.function()).graph()->copy();
+    torch::jit::Inline(*graph);
+    std::vector<torch::jit::Block*> blocks{graph->block()};
+    while (!blocks.empty()) {
+      torch::jit::Block* block = blocks.back();
+      blocks.pop_back();
+      for (torch::jit::Node* node : block->nodes()) {
+        for (torch::jit::Block* b : node->blocks()) blocks.push_back(b);
+        const std::string kind = node->kind().toQualString();
+        std::size_t arg = 0;
+        bool is_bn = false;
+        if (kind == "aten::batch_norm") {
+          arg = 5;
+          is_bn = true;
+        } else if (kind == "aten::dropout" || kind == "aten::feature_dropout" || kind == "aten::alpha_dropout" ||
+                   kind == "aten::feature_alpha_dropout") {
+          arg = 2;
+        } else {
+          continue;
+        }
+        if (node->inputs().size() <= arg) continue;
+        c10::optional<c10::IValue> flag = torch::jit::toIValue(node->input(arg));
+        if (!flag || !flag->isBool()) continue;  // computed from self.training: follows model.train()
+        FrozenModeOps& ops = flag->toBool() ? model_info_.frozen_train : model_info_.frozen_eval;
+        ++(is_bn ? ops.batch_norm : ops.dropout);
+      }
+    }
+  }
+
+  void load_module() {
+    const std::string& path = cfg_.model.path;
+    try {
+      module_ = torch::jit::load(path, device_);
+    } catch (const std::exception& e) {
+      std::string hint = model_file_hint(classify_torch_file(read_all(path)));
+      if (!hint.empty()) throw InputError(path, "", hint);
+      std::string msg = single_line(parse_error_text(exception_message(e)).message);
+      if (msg.size() > 240) msg = msg.substr(0, 240) + "...";
+      throw InputError(path, "", "not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): " + msg);
+    }
+    module_.train(cfg_.model.mode == Mode::Train);
+    batchnorm_.clear();
+    model_info_.batchnorm_modules.clear();
+    for (const auto& m : module_.named_modules()) {
+      auto type = m.value.type()->name();
+      if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
+        model_info_.batchnorm_modules.push_back(m.name.empty() ? "<root>" : m.name);
+        batchnorm_.push_back(m.value);
+      }
+    }
+  }
+
   void load_model() {
     const std::string& path = cfg_.model.path;
     {
@@ -444,13 +597,7 @@ class TorchBackend : public Backend {
       if (!probe) throw InputError(path, "", "cannot read the model: " + std::string(std::strerror(errno)));
       if (probe.peek() == std::ifstream::traits_type::eof()) throw InputError(path, "", "the model file is empty");
     }
-    try {
-      module_ = torch::jit::load(path, device_);
-    } catch (const std::exception& e) {
-      std::string msg = single_line(parse_error_text(exception_message(e)).message);
-      if (msg.size() > 240) msg = msg.substr(0, 240) + "...";
-      throw InputError(path, "", "not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): " + msg);
-    }
+    load_module();
     auto method = module_.find_method("forward");
     if (!method) throw InputError(path, "", "the TorchScript module has no forward method");
     const auto& args = method->function().getSchema().arguments();
@@ -464,14 +611,7 @@ class TorchBackend : public Backend {
       throw InputError(path, "forward", "takes " + std::to_string(required) + " required inputs (" + join(names) +
                                             "); batchcheck feeds exactly one input tensor");
     }
-    module_.train(cfg_.model.mode == Mode::Train);
-    for (const auto& m : module_.named_modules()) {
-      auto type = m.value.type()->name();
-      if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
-        model_info_.batchnorm_modules.push_back(m.name.empty() ? "<root>" : m.name);
-        batchnorm_.push_back(m.value);
-      }
-    }
+    find_frozen_mode_ops(*method);
   }
 
   at::Tensor select_output(const c10::IValue& out) const {
@@ -480,7 +620,7 @@ class TorchBackend : public Backend {
     if (!sel) {
       if (out.isTensor()) return out.toTensor();
       throw InputError(cfg_.file, where,
-                       "the model returns " + out.tagKind() + ", not a tensor; set \"output\" to the index or key of the prediction");
+                       "the model returns " + describe(out) + ", not a tensor; set \"output\" to the index or key of the prediction");
     }
     c10::IValue picked;
     if (std::holds_alternative<int64_t>(*sel)) {
@@ -491,7 +631,7 @@ class TorchBackend : public Backend {
       } else if (out.isList()) {
         for (const auto& e : out.toListRef()) items.push_back(e);
       } else {
-        throw InputError(cfg_.file, where, "is an index, but the model returns " + out.tagKind() + ", not a tuple or list");
+        throw InputError(cfg_.file, where, "is an index, but the model returns " + describe(out) + ", not a tuple or list");
       }
       const auto n = static_cast<int64_t>(items.size());
       if (idx < -n || idx >= n) {
@@ -501,7 +641,7 @@ class TorchBackend : public Backend {
     } else {
       const std::string& key = std::get<std::string>(*sel);
       if (!out.isGenericDict()) {
-        throw InputError(cfg_.file, where, "is a key, but the model returns " + out.tagKind() + ", not a dict");
+        throw InputError(cfg_.file, where, "is a key, but the model returns " + describe(out) + ", not a dict");
       }
       std::vector<std::string> keys;
       bool found = false;
@@ -517,7 +657,7 @@ class TorchBackend : public Backend {
         throw InputError(cfg_.file, where, "the model's output has no key \"" + key + "\" (keys: " + join(keys) + ")" + did_you_mean(key, keys));
       }
     }
-    if (!picked.isTensor()) throw InputError(cfg_.file, where, "selects " + picked.tagKind() + ", not a tensor");
+    if (!picked.isTensor()) throw InputError(cfg_.file, where, "selects " + describe(picked) + ", not a tensor");
     return picked.toTensor();
   }
 
@@ -574,7 +714,7 @@ class TorchBackend : public Backend {
   torch::jit::Module module_;
   ModelInfo model_info_;
   std::vector<torch::jit::Module> batchnorm_;  // parallel to model_info_.batchnorm_modules
-  at::Tensor input_, target_, output_;
+  at::Tensor input_, target_, output_, loss_;
   std::optional<ValueStats> input_stats_;
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.

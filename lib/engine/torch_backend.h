@@ -14,6 +14,7 @@ struct BackendOptions {
   std::string device = "cpu";  // cpu, cuda, cuda:N, auto
   Mode mode = Mode::Train;
   bool sync = true;
+  bool backward = false;  // forward with autograd, then loss.backward() per batch
   std::optional<uint64_t> threads;
 };
 
