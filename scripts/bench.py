@@ -54,13 +54,18 @@ def main():
     rows = {}
     for w in ["p1", "p2"]:
         cfg = os.path.join(args.data, w, "config.json")
-        cmds = {(w, "scan"): [scan, "scan", cfg, "-q"], (w, "bare"): [bare, cfg], (w, "bare --tuned"): [bare, cfg, "--tuned"]}
+        # "scan" is the default (train mode: forward, loss, backward); "scan --no-backward" the
+        # forward-only scan. Each has its floor: bare --tuned --backward and bare --tuned.
+        cmds = {(w, "scan"): [scan, "scan", cfg, "-q"], (w, "scan --no-backward"): [scan, "scan", cfg, "-q", "--no-backward"],
+                (w, "bare"): [bare, cfg], (w, "bare --tuned"): [bare, cfg, "--tuned"],
+                (w, "bare --tuned --bwd"): [bare, cfg, "--tuned", "--backward"]}
         if not args.no_python:
             cmds[(w, "python")] = ["/usr/bin/python3", replay, cfg]
         rows.update(measure_together(cmds, args.runs))
     p2 = os.path.join(args.data, "p2", "config.json")
     rows.update(measure_together({("p2", "scan --edges"): [scan, "scan", p2, "-q", "--edges"],
                                   ("p2", "scan 1 batch"): [scan, "scan", p2, "-q", "--max-batches", "1"]}, args.runs))
+    # python_replay.py is forward-only: compare it with the forward-only scan.
     rows.update(measure_together({("p2x4", "scan"): [scan, "scan", os.path.join(args.data, "p2x4", "config.json"), "-q"]},
                                  max(1, args.runs // 2)))
     rows.update(measure_together({("-", "suggest 2^64-59"): [scan, "suggest", "--samples", str(2**64 - 59), "--batch-size", "64"]},
@@ -81,11 +86,13 @@ def main():
 
     for w in ["p1", "p2"]:
         # Against the floor with the same allocator setting: what the checks add.
-        target(f"{w} scan / bare loop --tuned (wall)", rows[(w, "scan")][0] / rows[(w, "bare --tuned")][0], 1.10)
-        print(f"        ({w} scan / plain bare loop: {rows[(w, 'scan')][0] / rows[(w, 'bare')][0]:.3f})")
+        target(f"{w} scan / bare loop --tuned --backward (wall)", rows[(w, "scan")][0] / rows[(w, "bare --tuned --bwd")][0], 1.10)
+        target(f"{w} scan --no-backward / bare loop --tuned (wall)",
+               rows[(w, "scan --no-backward")][0] / rows[(w, "bare --tuned")][0], 1.10)
+        print(f"        ({w} scan --no-backward / plain bare loop: {rows[(w, 'scan --no-backward')][0] / rows[(w, 'bare')][0]:.3f})")
     if not args.no_python:
-        target("p1 scan / python replay (wall)", rows[("p1", "scan")][0] / rows[("p1", "python")][0], 0.45)
-        target("p2 scan / python replay (wall)", rows[("p2", "scan")][0] / rows[("p2", "python")][0], 0.85)
+        target("p1 scan --no-backward / python replay (wall)", rows[("p1", "scan --no-backward")][0] / rows[("p1", "python")][0], 0.45)
+        target("p2 scan --no-backward / python replay (wall)", rows[("p2", "scan --no-backward")][0] / rows[("p2", "python")][0], 0.85)
     # --edges (first + last batch + the default probe) against start-up plus three batches:
     # "scan 1 batch" is start-up + one batch + the probe; a batch costs (full - that) / 187.
     one = rows[("p2", "scan 1 batch")][0]

@@ -91,6 +91,11 @@ TEST(Cli, HelpAndVersion) {
   CliRun sub = cli({"suggest", "--help"});
   EXPECT_EQ(sub.code, 0);
   EXPECT_NE(sub.out.find("--min-tail"), std::string::npos) << sub.out;
+  EXPECT_NE(sub.out.find("--samples INT REQUIRED"), std::string::npos) << "integer flags read as integers:\n" << sub.out;
+  EXPECT_EQ(sub.out.find("TEXT"), std::string::npos) << sub.out;
+  CliRun scan = cli({"scan", "--help"});
+  EXPECT_NE(scan.out.find("--max-batches INT"), std::string::npos) << scan.out;
+  EXPECT_NE(scan.out.find("--no-backward"), std::string::npos) << scan.out;
   CliRun v = cli({"--version"});
   EXPECT_EQ(v.code, 0);
   EXPECT_EQ(v.out.rfind("batchcheck 0.1.0 (LibTorch 1.13", 0), 0u) << v.out;

@@ -56,6 +56,8 @@ TEST(Config, MinimalHasSpecDefaults) {
   EXPECT_EQ(c.loss.ignore_index, -100);
   EXPECT_EQ(c.checks.probe_batch_sizes, std::vector<uint64_t>{1});
   EXPECT_EQ(c.checks.max_batches, 0u);
+  EXPECT_FALSE(c.checks.backward) << "unset: on in train mode, off in eval (decided at scan time)";
+  EXPECT_TRUE(c.loader.ignored_keys.empty());
   EXPECT_EQ(c.device, "cpu");
   EXPECT_TRUE(c.sync);
 }
@@ -201,4 +203,14 @@ TEST_F(ConfigFiles, MissingFileAndDirectory) {
   auto missing = (dir_ / "nope.json").string();
   EXPECT_EQ(error_loading(missing), "batchcheck: error: " + missing + ": cannot read: No such file or directory");
   EXPECT_EQ(error_loading(dir_.string()), "batchcheck: error: " + dir_.string() + ": is a directory, expected a JSON file");
+}
+
+TEST(Config, DataLoaderKeysThatDoNotChangeTheBatchesAreAcceptedAndListed) {
+  Config c = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "num_workers": 4, "pin_memory": true,
+      "persistent_workers": true, "prefetch_factor": 2, "timeout": 0})"), "/base");
+  EXPECT_EQ(c.loader.ignored_keys,
+            (std::vector<std::string>{"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "timeout"}));
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "num_worker": 4})")),
+            "batchcheck: error: cfg.json: loader.num_worker: unknown key; did you mean \"num_workers\"?");
+  EXPECT_EQ(*parse_config("cfg.json", with("checks", R"({"backward": false})"), "/base").checks.backward, false);
 }

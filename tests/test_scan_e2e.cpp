@@ -61,6 +61,14 @@ TEST(ScanE2E, CleanSetupPasses) {
   EXPECT_EQ(r.report["summary"], Json({{"errors", 0}, {"warnings", 0}, {"infos", 0}}));
 }
 
+TEST(ScanE2E, DataLoaderKeysAreNotedAsNotChangingTheReplay) {
+  Workspace s("dlkeys");
+  auto r = s.inputs(8, 3).float_targets(zeros(8)).model(kSumModel).loader(R"({"batch_size": 4, "num_workers": 8, "pin_memory": true})").scan();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.report["notes"], Json({"loader.num_workers, loader.pin_memory: accepted; they change how fast batches arrive, "
+                                     "not which samples they hold, so the replay is the same"}));
+}
+
 TEST(ScanE2E, TailBatchPartial) {
   Workspace s("partial");
   auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).scan();

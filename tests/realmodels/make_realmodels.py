@@ -23,6 +23,7 @@ failure, or none.
 Also one hand-written model whose only fault is in backward (an in-place op on a sigmoid's output).
 Run with Debian's /usr/bin/python3 (torch 1.13, torchvision 0.14).
 """
+import copy
 import json
 import os
 import sys
@@ -82,19 +83,19 @@ def pick(out, output_key):
     return out[output_key]
 
 
-def oracle(model_path, x, y, batch_size, world_size, output_key):
+def oracle(make_model, x, y, batch_size, world_size, output_key):
     """The real loop, per rank: the first failing batch of each rank (or None)."""
     ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     result = []
     for rank in range(world_size):
-        model = torch.jit.load(model_path)
+        model = make_model()
         model.train()
         if world_size > 1:
             loader = DataLoader(ds, batch_size=batch_size,
                                 sampler=DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True, seed=0))
         else:
             loader = DataLoader(ds, batch_size=batch_size)
-        bns = [m for name, m in model.named_modules() if "BatchNorm" in m.original_name]
+        bns = [m for m in model.modules() if "BatchNorm" in getattr(m, "original_name", type(m).__name__)]
         first = None
         for b, (xb, yb) in enumerate(loader):
             failed = None
@@ -122,7 +123,7 @@ def oracle(model_path, x, y, batch_size, world_size, output_key):
     return result
 
 
-def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, meta):
+def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, meta, eager=None):
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     module.save(os.path.join(d, "model.pt"))
@@ -137,8 +138,12 @@ def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, m
         cfg["model"]["output"] = output_key
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    failures = oracle(os.path.join(d, "model.pt"), x, y, batch_size, world_size, output_key)
+    path = os.path.join(d, "model.pt")
+    failures = oracle(lambda: torch.jit.load(path), x, y, batch_size, world_size, output_key)
     meta.update({"case": name, "world_size": world_size, "failures": failures})
+    if eager is not None:
+        # What the user's own (eager) model does in the same loop: what the archive hides.
+        meta["eager_failures"] = oracle(lambda: copy.deepcopy(eager), x, y, batch_size, world_size, output_key)
     return meta
 
 
@@ -160,6 +165,28 @@ def output_key_of(module, example):
     if isinstance(out, (tuple, list)):
         return 0
     return None
+
+
+def write_wrong_files(out_dir):
+    """Files users hand batchcheck by mistake, as torch.save writes them."""
+    d = os.path.join(out_dir, "wrongfiles")
+    os.makedirs(d, exist_ok=True)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    x = np.zeros((4, 3), np.float32)
+    files = {
+        "state_dict.pt": (net.state_dict(), "model", "state_dict"),
+        "module.pt": (net, "model", "pickled nn.Module"),
+        "checkpoint.pt": ({"epoch": 3, "model_state_dict": net.state_dict(),
+                           "optimizer_state_dict": torch.optim.SGD(net.parameters(), lr=0.1).state_dict()},
+                          "model", "training checkpoint"),
+        "numpy.pt": ({"inputs": x, "targets": x[:, 0]}, "data", "numpy arrays"),
+        "tensordataset.pt": (TensorDataset(torch.zeros(4, 3), torch.zeros(4)), "data", "TensorDataset"),
+    }
+    out = []
+    for name, (obj, role, says) in files.items():
+        torch.save(obj, os.path.join(d, name))
+        out.append({"file": "wrongfiles/" + name, "role": role, "says": says})
+    return out
 
 
 def main():
@@ -192,11 +219,16 @@ def main():
         key_t = output_key_of(traced, example)
         manifest.append(save_case(out_dir, arch + "-trace-tail", traced, x_tail, y_tail, 8, world, key_t,
                                   {"arch": arch, "kind": "traced", "traced_in": "train"}))
+        eager = copy.deepcopy(model)
         model.eval()
         traced_eval = torch.jit.trace(model, example, check_trace=False, strict=False)
         key_e = output_key_of(traced_eval, example)
+        # Modules whose op tracing freezes with a constant training flag. (ConvNeXt's stochastic
+        # depth is a Python branch: an eval trace drops it without a trace in the graph.)
+        frozen = sum(1 for m in model.modules() if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout)))
         manifest.append(save_case(out_dir, arch + "-traceeval-tail", traced_eval, x_tail, y_tail, 8, world, key_e,
-                                  {"arch": arch, "kind": "traced", "traced_in": "eval"}))
+                                  {"arch": arch, "kind": "traced", "traced_in": "eval", "mode_modules": frozen},
+                                  eager=eager if key_e is None else None))
 
     if not only or "inplace" in only:
         torch.manual_seed(99)
@@ -205,8 +237,9 @@ def main():
         manifest.append(save_case(out_dir, "inplace-backward", m, x, y, 8, 1, None,
                                   {"arch": "inplace", "kind": "scripted", "traced_in": None}))
 
+    wrong = write_wrong_files(out_dir)
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
+        json.dump({"cases": manifest, "wrong_files": wrong}, f, indent=1)
     failing = sum(1 for c in manifest if any(c["failures"]))
     print(f"make_realmodels: {len(manifest)} cases ({failing} failing in PyTorch) in {time.time() - start:.0f} s",
           file=sys.stderr)
