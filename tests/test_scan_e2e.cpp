@@ -480,6 +480,7 @@ TEST(ScanE2E, GradientNonfiniteNamesTheParameters) {
   expect_finding(f, "error", 0, {0, 1, 2, 3});
   EXPECT_EQ(f["evidence"]["parameters"], Json::parse(R"([{"name": "w", "elements": 3, "nan": 3, "inf": 0}])"));
   EXPECT_EQ(f["evidence"]["nonfinite_parameters"], 1);
+  EXPECT_EQ(r.report["batches"]["first"]["output_shape"], Json({4, 1})) << "backward keeps the prediction's shape";
   EXPECT_NE(f["message"].get<std::string>().find("gave non-finite gradients to 1 parameter: w (3 NaNs)"), std::string::npos)
       << f["message"];
 }

@@ -451,7 +451,7 @@ class TorchBackend : public Backend {
       r.location = t.location;
       r.traceback = t.traceback;
     }
-    output_ = at::Tensor();  // frees the graph
+    output_ = output_.detach();  // frees the graph; the shape stays for the report
     clear_gradients();
     return r;
   }
