@@ -69,6 +69,44 @@ TEST(ScanE2E, DataLoaderKeysAreNotedAsNotChangingTheReplay) {
                                      "not which samples they hold, so the replay is the same"}));
 }
 
+TEST(ScanE2E, DistributedSamplerShufflesByDefaultAsPyTorchDoes) {
+  Workspace s("ddp-default");
+  auto r = s.inputs(20, 3).float_targets(zeros(20)).model(kSumModel).loader(R"({"batch_size": 5, "world_size": 4})").scan();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.report["geometry"]["sampler"], "distributed");
+  EXPECT_EQ(r.report["geometry"]["shuffle"], true) << "DistributedSampler(shuffle=True, seed=0) is PyTorch's default";
+  EXPECT_EQ(r.report["geometry"]["pytorch_equivalent"],
+            "DataLoader(ds, batch_size=5, sampler=DistributedSampler(ds, num_replicas=4, rank=r))");
+  EXPECT_TRUE(r.report["notes"].empty()) << "its seed defaults to 0: reproducible" << r.report["notes"];
+  s.loader(R"({"batch_size": 5, "sampler": "distributed", "seed": -1, "epoch": 3})");
+  auto one_gpu = s.scan();
+  EXPECT_EQ(one_gpu.code, 0) << one_gpu.err;
+  EXPECT_EQ(one_gpu.report["geometry"]["pytorch_equivalent"],
+            "DataLoader(ds, batch_size=5, sampler=DistributedSampler(ds, num_replicas=1, rank=r, seed=-1)); sampler.set_epoch(3)");
+}
+
+TEST(ScanE2E, ImpossibleLoaderSetupsAreRefusedAsPyTorchRefusesThem) {
+  Workspace s("refused");
+  s.inputs(20, 3).float_targets(zeros(20)).model(kSumModel);
+  s.loader(R"({"batch_size": 5, "world_size": 2, "seed": 18446744073709551615, "epoch": 1})");
+  auto overflow = s.scan();
+  EXPECT_EQ(overflow.code, 2);
+  EXPECT_EQ(overflow.err, "batchcheck: error: " + s.file("cfg.json") +
+                              ": loader.seed: seed + epoch = 18446744073709551615 + 1 exceeds 2^64-1: DistributedSampler "
+                              "calls manual_seed(seed + epoch), which raises \"Overflow when unpacking long\", so this "
+                              "training never starts\n");
+  // One loader seeded once, at epoch 2^64-1: refused at once, not replayed for ever.
+  s.loader(R"({"batch_size": 5, "shuffle": true, "seed": 1, "epoch": 18446744073709551615})");
+  auto epochs = s.scan();
+  EXPECT_EQ(epochs.code, 2);
+  EXPECT_NE(epochs.err.find("loader.epoch: epoch 18446744073709551615 of a shuffled DataLoader means replaying 2^65 "
+                            "earlier permutations of 20 samples"),
+            std::string::npos)
+      << epochs.err;
+  s.loader(R"({"batch_size": 5, "sampler": "sequential", "world_size": 2})");
+  EXPECT_EQ(s.scan().code, 2);
+}
+
 TEST(ScanE2E, TailBatchPartial) {
   Workspace s("partial");
   auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).scan();
@@ -103,8 +141,10 @@ TEST(ScanE2E, SamplesDropped) {
 
 TEST(ScanE2E, SamplerPaddingAcrossRanks) {
   Workspace s("padding");
-  auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).loader(R"({"batch_size": 2, "world_size": 4})").scan();
+  auto r = s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel).loader(R"({"batch_size": 2, "world_size": 4, "shuffle": false})").scan();
   EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.report["geometry"]["pytorch_equivalent"],
+            "DataLoader(ds, batch_size=2, sampler=DistributedSampler(ds, num_replicas=4, rank=r, shuffle=False))");
   Json f = one(r, "sampler-padding");
   expect_finding(f, "warning", 1, {0}, 2);  // the copies land on ranks 2 and 3
   EXPECT_EQ(f["ranks"], Json({2, 3}));

@@ -107,7 +107,7 @@ void parse_loader(const JsonObject& l, LoaderConfig& out) {
   // they hold: accepted (a user pastes their DataLoader call) and named in the report.
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
-  std::vector<std::string> known = {"batch_size", "drop_last", "shuffle", "seed", "epoch", "world_size",
+  std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
                                     "sampler_drop_last", "accumulation_steps"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
@@ -116,11 +116,47 @@ void parse_loader(const JsonObject& l, LoaderConfig& out) {
   }
   out.batch_size = l.required_uint("batch_size", 1);
   out.drop_last = l.boolean("drop_last").value_or(false);
-  out.shuffle = l.boolean("shuffle").value_or(false);
-  out.seed_given = l.has("seed");
-  out.seed = l.uint("seed").value_or(0);
-  out.epoch = l.uint("epoch").value_or(0);
   out.world_size = l.uint("world_size", 1).value_or(1);
+  const auto shuffle = l.boolean("shuffle");
+  if (auto kind = l.choice("sampler", {"sequential", "random", "distributed"})) {
+    out.sampler = *kind == "sequential" ? SamplerKind::Sequential
+                  : *kind == "random"   ? SamplerKind::Random
+                                        : SamplerKind::Distributed;
+    if (out.world_size > 1 && out.sampler != SamplerKind::Distributed) {
+      l.fail("sampler", "world_size " + std::to_string(out.world_size) +
+                            " needs \"distributed\": with a " + *kind + " sampler every rank would see every sample");
+    }
+    if (out.sampler == SamplerKind::Sequential && shuffle.value_or(false)) {
+      l.fail("shuffle", "true contradicts sampler \"sequential\" (DataLoader(shuffle=True) uses a RandomSampler)");
+    }
+    if (out.sampler == SamplerKind::Random && shuffle && !*shuffle) {
+      l.fail("shuffle", "false contradicts sampler \"random\"");
+    }
+  } else if (out.world_size > 1) {
+    out.sampler = SamplerKind::Distributed;
+  } else {
+    out.sampler = shuffle.value_or(false) ? SamplerKind::Random : SamplerKind::Sequential;
+  }
+  // DistributedSampler shuffles unless told not to; the DataLoader does not.
+  out.shuffle = out.sampler == SamplerKind::Random ||
+                (out.sampler == SamplerKind::Distributed && shuffle.value_or(true));
+  out.seed_given = l.has("seed");
+  if (const json* seed = l.find("seed")) {
+    if (seed->is_number_unsigned()) {
+      out.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer()) {
+      out.seed = static_cast<uint64_t>(seed->get<int64_t>());  // two's complement, as manual_seed
+      out.seed_negative = true;
+    } else {
+      l.fail("seed", "expected an integer in [-2^63, 2^64-1] (what torch.manual_seed accepts), got " + describe_json(*seed));
+    }
+  }
+  out.epoch = l.uint("epoch").value_or(0);
+  if (out.sampler == SamplerKind::Distributed && out.shuffle && !out.seed_negative && out.epoch > UINT64_MAX - out.seed) {
+    l.fail("seed", "seed + epoch = " + std::to_string(out.seed) + " + " + std::to_string(out.epoch) +
+                       " exceeds 2^64-1: DistributedSampler calls manual_seed(seed + epoch), which raises "
+                       "\"Overflow when unpacking long\", so this training never starts");
+  }
   out.sampler_drop_last = l.boolean("sampler_drop_last").value_or(false);
   out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
 }
@@ -163,6 +199,15 @@ void parse_checks(const JsonObject& c, ChecksConfig& out) {
 }
 
 }  // namespace
+
+const char* to_string(SamplerKind k) {
+  switch (k) {
+    case SamplerKind::Sequential: return "sequential";
+    case SamplerKind::Random: return "random";
+    case SamplerKind::Distributed: return "distributed";
+  }
+  return "sequential";
+}
 
 const char* to_string(Mode m) { return m == Mode::Train ? "train" : "eval"; }
 

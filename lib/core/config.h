@@ -12,11 +12,15 @@ enum class Mode { Train, Eval };
 enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
 enum class Reduction { Mean, Sum, None };
 enum class DataFormat { Npy, Pt };
+// Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
+// DistributedSampler (its own defaults: shuffle=True, seed=0).
+enum class SamplerKind { Sequential, Random, Distributed };
 
 const char* to_string(Mode m);
 const char* to_string(LossType t);
 const char* to_string(Reduction r);
 const char* to_string(DataFormat f);
+const char* to_string(SamplerKind k);
 std::optional<LossType> parse_loss_type(const std::string& s);
 const std::vector<std::string>& loss_type_names();
 
@@ -44,8 +48,12 @@ struct DataConfig {
 struct LoaderConfig {
   uint64_t batch_size = 1;
   bool drop_last = false;
+  SamplerKind sampler = SamplerKind::Sequential;
   bool shuffle = false;
+  // PyTorch's manual_seed takes [-2^63, 2^64): a negative seed is kept as its 64-bit
+  // two's complement (what the generator sees) with seed_negative set.
   uint64_t seed = 0;
+  bool seed_negative = false;
   bool seed_given = false;  // without a seed, PyTorch's shuffle order is not reproducible
   uint64_t epoch = 0;
   uint64_t world_size = 1;

@@ -189,14 +189,11 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
     if (g.loader_dropped_per_rank) {
       parts.push_back("DataLoader(drop_last=True) discards the last " + plural(g.loader_dropped_per_rank, "sample") +
                       (g.distributed() ? " of each rank" : ""));
-      if (!s.shuffle) {
-        for (uint64_t r : ranks) {
-          for (uint64_t p = g.full_batches * s.batch_size; p < g.samples_per_rank; ++p) {
-            if (f.samples.size() >= kSampleCap) break;
-            f.samples.push_back(plan.sample_index(r, p));
-          }
-        }
-      }
+    }
+    // The sampler's slot list is dealt round-robin, so what no rank receives is its tail:
+    // distinct samples, never a padding copy whose original is delivered.
+    for (uint64_t slot = g.delivered_slots(); slot < s.samples && f.samples.size() < kSampleCap; ++slot) {
+      f.samples.push_back(plan.slot_sample(slot));
     }
     f.count = g.dropped_total();
     f.message = join(parts, "; ") + ": " + std::to_string(g.dropped_total()) + " of " + plural(s.samples, "sample") +

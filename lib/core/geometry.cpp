@@ -1,5 +1,6 @@
 #include "core/geometry.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/int128.h"
@@ -24,7 +25,33 @@ LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples) {
   s.world_size = loader.world_size;
   s.sampler_drop_last = loader.sampler_drop_last;
   s.accumulation_steps = loader.accumulation_steps;
+  s.distributed_sampler = loader.sampler == SamplerKind::Distributed;
+  s.seed_negative = loader.seed_negative;
   return s;
+}
+
+std::string pytorch_loader_call(const LoaderConfig& l) {
+  const std::string seed = l.seed_negative ? std::to_string(static_cast<int64_t>(l.seed)) : std::to_string(l.seed);
+  std::string call = "DataLoader(ds, batch_size=" + std::to_string(l.batch_size);
+  std::string after;
+  switch (l.sampler) {
+    case SamplerKind::Sequential: break;
+    case SamplerKind::Random:
+      call += ", shuffle=True, generator=torch.Generator().manual_seed(" + seed + ")";
+      if (l.epoch > 0) after = "  # pass " + std::to_string(l.epoch) + " (0-based) over this one loader";
+      break;
+    case SamplerKind::Distributed: {
+      std::string sampler = "DistributedSampler(ds, num_replicas=" + std::to_string(l.world_size) + ", rank=r";
+      if (!l.shuffle) sampler += ", shuffle=False";
+      if (l.seed != 0 || l.seed_negative) sampler += ", seed=" + seed;
+      if (l.sampler_drop_last) sampler += ", drop_last=True";
+      call += ", sampler=" + sampler + ")";
+      if (l.epoch > 0) after = "; sampler.set_epoch(" + std::to_string(l.epoch) + ")";
+      break;
+    }
+  }
+  if (l.drop_last) call += ", drop_last=True";
+  return call + ")" + after;
 }
 
 Geometry compute_geometry(const LoaderSpec& spec) {
@@ -63,9 +90,19 @@ Geometry compute_geometry(const LoaderSpec& spec) {
   return g;
 }
 
+uint64_t Geometry::delivered_slots() const {
+  const uint64_t per_rank = spec.drop_last ? full_batches * spec.batch_size : samples_per_rank;
+  return saturating_mul(per_rank, spec.world_size);
+}
+
 uint64_t Geometry::dropped_total() const {
-  uint64_t loader = saturating_mul(loader_dropped_per_rank, spec.world_size);
-  return loader > kMax - sampler_dropped ? kMax : loader + sampler_dropped;
+  const uint64_t delivered = delivered_slots();
+  return delivered >= spec.samples ? 0 : spec.samples - delivered;
+}
+
+uint64_t Geometry::delivered_padding() const {
+  const uint64_t delivered = delivered_slots();
+  return delivered <= spec.samples ? 0 : std::min(delivered - spec.samples, padded_samples);
 }
 
 uint64_t Geometry::batch_size_at(uint64_t batch_index) const {

@@ -2,6 +2,7 @@
 // Batch geometry exactly as torch.utils.data.DataLoader (and DistributedSampler)
 // deliver it. Counts are O(1) arithmetic; indices are produced on demand.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -18,9 +19,17 @@ struct LoaderSpec {
   uint64_t world_size = 1;  // > 1: DistributedSampler(num_replicas=world_size)
   bool sampler_drop_last = false;
   uint64_t accumulation_steps = 1;
+  bool distributed_sampler = false;  // DistributedSampler even at world_size 1 (DDP on one GPU)
+  bool seed_negative = false;        // `seed` is a negative seed's two's complement
+
+  bool uses_distributed_sampler() const { return distributed_sampler || world_size > 1; }
 };
 
 LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples);
+
+// The PyTorch call whose batches the replay reproduces, as code a user can hold next to
+// their own script: `DataLoader(ds, batch_size=5, sampler=DistributedSampler(ds, ...))`.
+std::string pytorch_loader_call(const LoaderConfig& loader);
 
 struct Geometry {
   LoaderSpec spec;
@@ -35,8 +44,14 @@ struct Geometry {
   uint64_t last_window_batches = 0;      // micro-batches in the last window (K when full)
 
   bool distributed() const { return spec.world_size > 1; }
-  // Samples that reach no rank in an epoch (sampler cut + every rank's dropped tail).
+  // Distinct samples that reach no rank in an epoch (sampler cut + every rank's dropped
+  // tail, where a dropped padding copy does not count: its original is delivered). <= N.
   uint64_t dropped_total() const;
+  // Sampler slots delivered over all ranks: the slot list is dealt round-robin, so the
+  // delivered slots are exactly its first delivered_per_rank * W entries (saturated).
+  uint64_t delivered_slots() const;
+  // DistributedSampler padding copies that a rank actually receives (drop_last may cut them).
+  uint64_t delivered_padding() const;
   uint64_t batch_size_at(uint64_t batch_index) const;
 };
 
@@ -55,6 +70,8 @@ class BatchPlan {
   std::vector<int64_t> batch_indices(uint64_t rank, uint64_t batch_index) const;
   // The rank and position that receive DistributedSampler's padding entry `k` (< padded_samples).
   int64_t padded_sample(uint64_t k, uint64_t* rank) const;
+  // Entry `slot` of the sampler's list before it is dealt to ranks (padding tiles the order).
+  int64_t slot_sample(uint64_t slot) const { return order_at(slot); }
 
  private:
   int64_t order_at(uint64_t i) const;

@@ -748,6 +748,7 @@ ScanResult Scanner::run(const OrderFn& order) {
                   {"target_dtype", meta_dtype(data.target)}};
   r["geometry"] = {{"batch_size", spec.batch_size},
                    {"drop_last", spec.drop_last},
+                   {"sampler", to_string(cfg_.loader.sampler)},
                    {"shuffle", spec.shuffle},
                    {"seed", spec.seed},
                    {"epoch", spec.epoch},
@@ -756,9 +757,10 @@ ScanResult Scanner::run(const OrderFn& order) {
                    {"samples_per_rank", g.samples_per_rank},
                    {"batches_per_rank", g.batches_per_rank},
                    {"last_batch_size", g.last_batch_size},
-                   {"padded_samples", g.padded_samples},
+                   {"padded_samples", g.delivered_padding()},
                    {"dropped_samples", g.dropped_total()},
-                   {"accumulation_steps", spec.accumulation_steps}};
+                   {"accumulation_steps", spec.accumulation_steps},
+                   {"pytorch_equivalent", pytorch_loader_call(cfg_.loader)}};
   if (spec.accumulation_steps > 1) {
     r["geometry"]["accumulation_windows"] = g.windows;
     r["geometry"]["last_window_batches"] = g.last_window_batches;
@@ -783,7 +785,7 @@ ScanResult Scanner::run(const OrderFn& order) {
   r["suggestions"] = {{"batch_sizes", sizes},
                       {"divisors", nearest_divisors(sug.divisors, spec.batch_size, 3)}};
   nlohmann::ordered_json notes = nlohmann::ordered_json::array();
-  if (spec.shuffle && !cfg_.loader.seed_given) {
+  if (spec.shuffle && !cfg_.loader.seed_given && !spec.uses_distributed_sampler()) {
     notes.push_back("shuffle without a seed: PyTorch draws a random seed each run, so the order is not reproducible; "
                     "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
   }
