@@ -555,3 +555,16 @@ TEST(ScanE2E, TraceModeMismatchIsNamed) {
   s.model(kScriptedBn, bn);
   EXPECT_TRUE(with_id(s.scan().report, "trace-mode-mismatch").empty());
 }
+
+// A prediction with more rows than the batch: its row numbers name no sample.
+TEST(ScanE2E, OutputLargerThanTheBatchNeverIndexesPastIt) {
+  Workspace s("bigout");
+  s.inputs(8, 3).float_targets(zeros(8)).model("def forward(self, x):\n    return torch.full([x.size(0) * 1000, 1], 2.0)\n")
+      .loss(R"({"type": "bce"})");
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  expect_finding(one(r, "batch-dim-mismatch"), "error", 0, {0, 1, 2, 3});
+  Json range = one(r, "output-out-of-range");
+  expect_finding(range, "error", 0, {0, 1, 2, 3});
+  EXPECT_EQ(range["count"], 8) << "the batch's samples, never the output's 4000 rows";
+}

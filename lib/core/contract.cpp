@@ -70,6 +70,7 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
 
   // Predictions: the batch dimension first, since every later check assumes it.
   bool batch_ok = !output.shape.empty() && output.shape[0] == static_cast<int64_t>(batch_size);
+  plan.output_rows_are_samples = batch_ok;
   if (!batch_ok) {
     ContractIssue issue{"batch-dim-mismatch", "", {}};
     if (output.shape.empty()) {

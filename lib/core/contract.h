@@ -25,6 +25,9 @@ struct ContractPlan {
   std::optional<ValueRule> target_rule;
   bool class_targets = false;  // targets are class indices (cross_entropy/nll)
   bool can_compute_loss = false;  // no structural issue and the loss type has a loss
+  // The prediction's rows are the batch's samples. When not (batch-dim-mismatch), a value
+  // finding concerns the whole batch: a row number of the output names no sample.
+  bool output_rows_are_samples = true;
 };
 
 ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, uint64_t batch_size,

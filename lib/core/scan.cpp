@@ -152,8 +152,10 @@ class Scanner {
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
   // `stats`: the result of view.check(slot, rule) when the caller already has it.
+  // rows_are_samples false: the tensor's rows are not the batch's (batch-dim-mismatch), so
+  // what is found concerns the whole batch.
   void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
-                    std::vector<Emitted>& out, const ValueStats* stats = nullptr) const;
+                    std::vector<Emitted>& out, const ValueStats* stats = nullptr, bool rows_are_samples = true) const;
   // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
   std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
                                   const TensorMeta& target, BatchView& view, bool prior_error) const;
@@ -243,7 +245,8 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
 }
 
 void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                           BatchView& view, std::vector<Emitted>& out, const ValueStats* stats) const {
+                           BatchView& view, std::vector<Emitted>& out, const ValueStats* stats,
+                           bool rows_are_samples) const {
   ValueStats s = stats ? *stats : view.check(slot, rule);
   if (s.ok()) return;
   const LossType loss = cfg_.loss.type;
@@ -257,6 +260,12 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
     ValueRule range_only = rule;
     range_only.finite = false;
     rg = view.check(slot, range_only);
+  }
+  if (!rows_are_samples) {
+    for (ValueStats* v : {&s, &nf, &rg}) {
+      v->bad_rows = all_rows(ctx.size);
+      v->bad_rows_total = ctx.size;
+    }
   }
   const std::string what = slot == Slot::Input ? "inputs" : slot == Slot::Output ? "predictions" : "targets";
   const std::string prefix = slot == Slot::Input ? "input" : slot == Slot::Output ? "output" : "target";
@@ -399,7 +408,9 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
 std::vector<Emitted> Scanner::post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
                                          const TensorMeta& target, BatchView& view, bool prior_error) const {
   std::vector<Emitted> out;
-  if (plan.output_rule) check_values(ctx, Slot::Output, *plan.output_rule, output, view, out);
+  if (plan.output_rule) {
+    check_values(ctx, Slot::Output, *plan.output_rule, output, view, out, nullptr, plan.output_rows_are_samples);
+  }
   std::optional<ValueStats> target_stats;
   if (plan.target_rule) {
     target_stats = view.check(Slot::Target, *plan.target_rule);
