@@ -568,3 +568,32 @@ TEST(ScanE2E, OutputLargerThanTheBatchNeverIndexesPastIt) {
   expect_finding(range, "error", 0, {0, 1, 2, 3});
   EXPECT_EQ(range["count"], 8) << "the batch's samples, never the output's 4000 rows";
 }
+
+// Never touch the inputs: -o naming the config, the model or a data file is refused
+// before any work; a report that cannot be delivered is never a pass.
+TEST(ScanE2E, ReportNeverOverwritesAnInputAndALostReportIsNotAPass) {
+  Workspace s("inputs-safe");
+  s.inputs(8, 3).float_targets(zeros(8)).model(kSumModel);
+  ASSERT_EQ(s.scan().code, 0);
+  for (const char* name : {"cfg.json", "m.pt", "x.npy", "y.npy"}) {
+    const std::string path = s.file(name);
+    auto read_bytes = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    const std::string before = read_bytes(path);
+    std::ostringstream out, err;
+    EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-o", path, "-q"}, out, err), 2) << name;
+    EXPECT_NE(err.str().find(": -o: is the "), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find("refusing to overwrite an input with the report"), std::string::npos) << err.str();
+    EXPECT_EQ(read_bytes(path), before) << name << " was modified";
+  }
+  std::ostringstream closed, err;
+  closed.setstate(std::ios::badbit);  // what a closed or full stdout looks like to the writer
+  EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-q"}, closed, err), 2);
+  EXPECT_EQ(err.str(), "batchcheck: error: <stdout>: cannot write the report (standard output is closed or full); use -o FILE\n");
+  // As in test_cli.cpp: LeakSanitizer cannot trace a process that dlopened LibTorch.
+  auto full = run_command("ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 " BATCHCHECK_BINARY_DIR "/app/batchcheck scan " +
+                          s.file("cfg.json") + " -q > /dev/full");
+  EXPECT_EQ(full.status, 2) << full.output;
+}

@@ -8,6 +8,9 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <utility>
+#include <vector>
+
 #include "core/allocator.h"
 #include "core/errors.h"
 #include "core/scan.h"
@@ -64,6 +67,21 @@ void check_writable(const std::string& path) {
   }
 }
 
+void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(output, ec)) return;  // a new file cannot be one of the inputs
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {config_path, "the config"},         {cfg.model.path, "the model"},   {cfg.data.inputs, "the inputs"},
+      {cfg.data.targets, "the targets"},   {cfg.data.path, "the data file"}};
+  for (const auto& [path, what] : inputs) {
+    if (path.empty()) continue;
+    if (fs::equivalent(output, path, ec) && !ec) {
+      throw InputError(output, "-o", "is " + what + " of this scan: refusing to overwrite an input with the report");
+    }
+  }
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
@@ -97,7 +115,10 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   tune_allocator_for_batches();
   Config cfg = load_config(cmd.config_path);
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
-  if (to_file) check_writable(*cmd.output_path);
+  if (to_file) {
+    check_writable(*cmd.output_path);
+    refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
+  }
 
   // Command-line flags override the config.
   if (cmd.device) {
@@ -143,6 +164,8 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
     write_file_atomically(*cmd.output_path, text);
   } else {
     out << text << std::flush;
+    // stdout closed or full: a gate whose report was lost must not pass.
+    if (!out) throw InputError("<stdout>", "", "cannot write the report (standard output is closed or full); use -o FILE");
   }
   if (cmd.verbosity >= 0) err << format_summary(result);
   return outcome;

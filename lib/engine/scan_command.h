@@ -38,6 +38,8 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
 
 // Writes `text` to `path` atomically: a temporary file beside it, then rename.
 void write_file_atomically(const std::string& path, const std::string& text);
+// Throws InputError when `output` is the config, the model or a data file of this scan.
+void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg);
 // Throws InputError unless a report can be written at `path`.
 void check_writable(const std::string& path);
 
