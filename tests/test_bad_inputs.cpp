@@ -2,6 +2,7 @@
 // line on stderr and exit 2 (or, for a model that raises, a finding and exit 1): never a
 // crash, a backtrace, "terminate called" or a partial report.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -98,6 +99,23 @@ std::vector<BadInput> catalogue() {
        2, e + "d.json: is a directory, expected a JSON file"},
       {"config missing", [](Workspace& w) { return std::vector<std::string>{w.file("none.json")}; }, 2,
        e + "none.json: cannot read: No such file or directory"},
+      // Not regular files: refused before any open, so nothing blocks or reads for ever.
+      {"config is a FIFO", [](Workspace& w) { ::mkfifo(w.file("f.json").c_str(), 0600); return std::vector<std::string>{w.file("f.json")}; },
+       2, e + "f.json: is a FIFO, not a regular file: expected a JSON file"},
+      {"config is /dev/zero", [](Workspace&) { return std::vector<std::string>{"/dev/zero"}; }, 2,
+       e + "/dev/zero: is a device, not a regular file: expected a JSON file"},
+      {"npy is a FIFO", on_valid([](Workspace& w) {
+         std::filesystem::remove(w.file("x.npy"));
+         ::mkfifo(w.file("x.npy").c_str(), 0600);
+       }),
+       2, e + "x.npy: is a FIFO, not a regular file: expected a .npy file"},
+      {"model is a directory", on_valid([](Workspace& w) {
+         std::filesystem::remove(w.file("m.pt"));
+         std::filesystem::create_directory(w.file("m.pt"));
+       }),
+       2, "PREFIX:" + e + "m.pt: is a directory, expected a TorchScript file (torch.jit.save)"},
+      {"-o is a FIFO", on_valid([](Workspace& w) { ::mkfifo(w.file("out.json").c_str(), 0600); }, {"-o", "out.json"}), 2,
+       e + "out.json: cannot write the report: it is a FIFO; write to a regular file"},
       {"config not a file path", [](Workspace& w) { valid(w); return std::vector<std::string>{w.file("cfg.json") + "/x.json"}; }, 2,
        e + "cfg.json/x.json: cannot read: Not a directory"},
       {"unknown key", cfg(replace(kGood, "\"batch_size\"", "\"batchsize\"")), 2,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/errors.h"
+#include "core/files.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -70,11 +71,7 @@ json parse_json_text(const std::string& display_path, const std::string& text) {
 }
 
 json read_json_file(const std::string& display_path, const std::string& fs_path) {
-  struct stat st {};
-  if (::stat(fs_path.c_str(), &st) != 0) {
-    throw InputError(display_path, "", std::string("cannot read: ") + std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode)) throw InputError(display_path, "", "is a directory, expected a JSON file");
+  require_regular_file(display_path, fs_path, "a JSON file");
   std::ifstream in(fs_path, std::ios::binary);
   if (!in) throw InputError(display_path, "", std::string("cannot read: ") + std::strerror(errno));
   std::ostringstream buf;

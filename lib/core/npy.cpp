@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/files.h"
 #include "core/int128.h"
 #include "core/text.h"
 
@@ -265,6 +266,7 @@ void write_npy(const std::string& path, NpyDtype dtype, const std::vector<uint64
 }
 
 NpyFile::NpyFile(std::string display, const std::string& path) : display_(std::move(display)) {
+  require_regular_file(display_, path, "a .npy file");
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(display_, "", std::string("cannot read: ") + std::strerror(errno));
   struct stat st {};

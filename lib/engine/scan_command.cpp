@@ -62,6 +62,8 @@ void check_writable(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " does not exist");
   if (fs::is_directory(p, ec)) throw InputError(path, "", "cannot write the report: it is a directory");
+  // Opening a FIFO for writing waits for a reader that may never come.
+  if (fs::is_fifo(p, ec)) throw InputError(path, "", "cannot write the report: it is a FIFO; write to a regular file");
   if (::access(dir.c_str(), W_OK) != 0) {
     throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " is not writable");
   }

@@ -11,6 +11,7 @@
 #include <torch/serialize.h>
 
 #include <condition_variable>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "core/error_text.h"
 #include "core/errors.h"
 #include "core/file_kind.h"
+#include "core/files.h"
 #include "core/npy.h"
 #include "core/worker.h"
 #include "core/text.h"
@@ -262,6 +264,7 @@ class NpySource : public DataSource {
 class PtSource : public DataSource {
  public:
   explicit PtSource(const DataConfig& d) : display_(d.path_display) {
+    require_regular_file(display_, d.path, "a file written by torch.save");
     std::ifstream in(d.path, std::ios::binary);
     if (!in) throw InputError(display_, "", "cannot read: " + std::string(std::strerror(errno)));
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -592,6 +595,8 @@ class TorchBackend : public Backend {
 
   void load_model() {
     const std::string& path = cfg_.model.path;
+    std::error_code exists_ec;
+    if (std::filesystem::exists(path, exists_ec)) require_regular_file(path, path, "a TorchScript file (torch.jit.save)");
     {
       std::ifstream probe(path, std::ios::binary);
       if (!probe) throw InputError(path, "", "cannot read the model: " + std::string(std::strerror(errno)));
