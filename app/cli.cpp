@@ -56,7 +56,10 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   }
   if (!a.max_batches.empty()) cmd.max_batches = parse_count("--max-batches", a.max_batches, 0);
   if (!a.rank.empty()) cmd.rank = parse_count("--rank", a.rank, 0);
-  if (!a.threads.empty()) cmd.threads = parse_count("--threads", a.threads, 1);
+  if (!a.threads.empty()) {
+    cmd.threads = parse_count("--threads", a.threads, 1);
+    if (*cmd.threads > 1024) throw InputError("", "--threads", a.threads + " is more than 1024 intra-op threads");
+  }
   cmd.edges = a.edges;
   cmd.no_backward = a.no_backward;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;

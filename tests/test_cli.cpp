@@ -83,6 +83,12 @@ TEST(Cli, MissingRequiredFlagIsExit2) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
 }
 
+TEST(Cli, ThreadsAreBounded) {
+  CliRun r = cli({"scan", "cfg.json", "--threads", "2147483648"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "batchcheck: error: --threads: 2147483648 is more than 1024 intra-op threads\n");
+}
+
 TEST(Cli, HelpAndVersion) {
   CliRun help = cli({"--help"});
   EXPECT_EQ(help.code, 0);

@@ -214,3 +214,8 @@ TEST(Config, DataLoaderKeysThatDoNotChangeTheBatchesAreAcceptedAndListed) {
             "batchcheck: error: cfg.json: loader.num_worker: unknown key; did you mean \"num_workers\"?");
   EXPECT_EQ(*parse_config("cfg.json", with("checks", R"({"backward": false})"), "/base").checks.backward, false);
 }
+
+TEST(Config, NulInAPathIsAnError) {
+  EXPECT_EQ(error_of(with("model", R"({"path": "m\u0000.pt"})")),
+            "batchcheck: error: cfg.json: model.path: contains a NUL character (\\u0000)");
+}

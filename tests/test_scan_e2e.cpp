@@ -597,3 +597,30 @@ TEST(ScanE2E, ReportNeverOverwritesAnInputAndALostReportIsNotAPass) {
                           s.file("cfg.json") + " -q > /dev/full");
   EXPECT_EQ(full.status, 2) << full.output;
 }
+
+TEST(ScanE2E, StdoutHoldsOnlyTheReportAndAnyNameWorks) {
+  Workspace s("stdout-pure");
+  s.inputs(8, 3).float_targets(zeros(8)).model("def forward(self, x):\n    print('hello from forward')\n    return x.sum(1, keepdim=True)\n");
+  s.scan();  // writes cfg.json
+  const std::string bin = "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 " BATCHCHECK_BINARY_DIR "/app/batchcheck";
+  auto r = run_command(bin + " scan " + s.file("cfg.json") + " -q 2>/dev/null");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NO_THROW(Json::parse(r.output)) << "the model's print() went to stdout:\n" << r.output.substr(0, 200);
+  auto e = run_command(bin + " scan " + s.file("cfg.json") + " -q -o /dev/null 2>&1");
+  EXPECT_NE(e.output.find("hello from forward"), std::string::npos) << "the print goes to stderr";
+
+  // A report name of 255 bytes (NAME_MAX): the temporary file beside it must still fit.
+  const std::string long_name = s.file(std::string(250, 'r') + ".json");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-o", long_name, "-q"}, out, err), 0) << err.str();
+  EXPECT_TRUE(std::filesystem::exists(long_name));
+  // A config whose name is not UTF-8: the report replaces the byte instead of failing.
+  const std::string odd = s.file("cfg-\xff.json");
+  std::filesystem::copy_file(s.file("cfg.json"), odd);
+  std::ostringstream out2, err2;
+  EXPECT_EQ(run_cli({"scan", odd, "-q"}, out2, err2), 0) << err2.str();
+  EXPECT_NE(out2.str().find("cfg-\xEF\xBF\xBD.json"), std::string::npos) << out2.str().substr(0, 300);
+  for (const auto& entry : std::filesystem::directory_iterator(s.file(""))) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+}

@@ -133,7 +133,10 @@ std::optional<std::string> JsonObject::string(const std::string& key) const {
   const json* v = find(key);
   if (!v) return std::nullopt;
   if (!v->is_string()) fail(key, "expected a string, got " + describe_json(*v));
-  return v->get<std::string>();
+  std::string out = v->get<std::string>();
+  // "\u0000" would silently cut a path short at the operating system.
+  if (out.find('\0') != std::string::npos) fail(key, "contains a NUL character (\\u0000)");
+  return out;
 }
 
 std::string JsonObject::required_string(const std::string& key) const {

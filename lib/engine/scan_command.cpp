@@ -95,7 +95,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
     return;
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // A short hidden name beside the report: fits beside any legal report name (NAME_MAX).
+  std::filesystem::path target(path);
+  const std::string tmp = (target.parent_path() / (".batchcheck-" + std::to_string(::getpid()) + ".tmp")).string();
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
@@ -115,6 +117,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 
 ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
   tune_allocator_for_batches();
+  // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed) instead of
+  // SIGXFSZ killing the process and leaving the temp file behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   Config cfg = load_config(cmd.config_path);
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
   if (to_file) {
@@ -161,7 +166,8 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   outcome.complete = result.complete;
   outcome.signal = g_stop.load();
 
-  const std::string text = result.report.dump(2) + "\n";
+  // Invalid UTF-8 (a file name, a model's own error text) is replaced, never an exception.
+  const std::string text = result.report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   if (to_file) {
     write_file_atomically(*cmd.output_path, text);
   } else {

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <future>
 #include <iterator>
@@ -350,6 +352,8 @@ class PtSource : public DataSource {
 class TorchBackend : public Backend {
  public:
   TorchBackend(const Config& cfg, const BackendOptions& opt) : cfg_(cfg), opt_(opt) {
+    // A print() in the model's TorchScript goes to stderr: stdout holds only the report.
+    torch::jit::setPrintHandler([](const std::string& s) { std::cerr << s << std::flush; });
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
     if (cfg.data.format == DataFormat::Npy) {
