@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/classify.h"
 #include "core/contract.h"
 #include "core/errors.h"
 #include "core/factor.h"
@@ -16,54 +17,12 @@
 #include "core/fixes.h"
 #include "core/suggest.h"
 #include "core/text.h"
+#include "core/value_findings.h"
 #include "core/worker.h"
 
 namespace batchcheck {
 
 namespace {
-
-constexpr const char* kCudaBceInput = "Assertion `input_val >= zero && input_val <= one` failed.";
-constexpr const char* kCudaBceTarget = "Assertion `target_val >= zero && target_val <= one` failed.";
-constexpr const char* kCudaClass = "Assertion `t >= 0 && t < n_classes` failed.";
-constexpr const char* kCudaClassNone = "Assertion `cur_target >= 0 && cur_target < n_classes` failed.";
-constexpr const char* kCudaIndexSelect = "Assertion `srcIndex < srcSelectDimSize` failed.";
-constexpr const char* kCudaIndex = "Assertion `index >= -sizes[i] && index < sizes[i] && \"index out of bounds\"` failed.";
-constexpr const char* kCudaGather = "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.";
-
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
-
-bool is_shape_error(const std::string& m) {
-  static const char* kPatterns[] = {"shape '[",
-                                    "is invalid for input of size",
-                                    "size mismatch",
-                                    "must match the size of tensor",
-                                    "shapes cannot be multiplied",
-                                    "Dimension out of range",
-                                    "Sizes of tensors must match",
-                                    "sizes of tensors must match",
-                                    "Expected input batch_size",
-                                    "doesn't match the broadcast shape",
-                                    "cannot reshape",
-                                    "Expected 4-dimensional input",
-                                    "Expected 3D",
-                                    "Expected 2D",
-                                    "expected input with shape",
-                                    "must have the same size",
-                                    "split_with_sizes",
-                                    "start (",
-                                    "out of range (expected to be in range of"};
-  for (const char* p : kPatterns) {
-    if (contains(m, p)) return true;
-  }
-  return false;
-}
-
-// Every row of a batch: a failure of the whole batch (forward, shapes, loss) concerns all samples.
-std::vector<uint64_t> all_rows(uint64_t n) {
-  std::vector<uint64_t> rows(n);
-  for (uint64_t i = 0; i < n; ++i) rows[i] = i;
-  return rows;
-}
 
 struct BatchContext {
   std::optional<uint64_t> rank;
@@ -86,40 +45,6 @@ nlohmann::ordered_json shapes_json(const BatchShapes& b) {
           {"output_shape", shape(b.output)},
           {"target_shape", shape(b.target)}};
 }
-
-std::string count_text(const ValueStats& s) {
-  std::vector<std::string> parts;
-  if (s.nan) parts.push_back(plural(s.nan, "NaN", "NaNs"));
-  if (s.inf) parts.push_back(plural(s.inf, "Inf", "Infs"));
-  return join(parts, " and ");
-}
-
-std::string bounds_text(const ValueRule& r) {
-  return "[" + (r.lo ? format_number(*r.lo) : std::string("-inf")) + ", " +
-         (r.hi ? format_number(*r.hi) : std::string("inf")) + "]";
-}
-
-nlohmann::ordered_json stats_json(const ValueStats& s) {
-  nlohmann::ordered_json j = {{"elements", s.elements}, {"nan", s.nan}, {"inf", s.inf}};
-  j["min"] = std::isnan(s.min) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.min);
-  j["max"] = std::isnan(s.max) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.max);
-  if (s.below + s.above) {
-    j["out_of_range"] = s.below + s.above;
-    j["offending_values"] = s.bad_values;
-  }
-  if (s.ignored) j["ignored"] = s.ignored;
-  j["bad_samples_in_batch"] = s.bad_rows_total;
-  return j;
-}
-
-// A finding occurrence produced off the main thread, applied (recorded) on it in order.
-struct Emitted {
-  std::string id, stage, message;
-  nlohmann::ordered_json evidence;
-  std::vector<uint64_t> rows;
-  uint64_t total = 0;
-  std::string cuda;
-};
 
 // The Backend's current batch as a BatchView, for the synchronous path.
 class CurrentBatch : public BatchView {
@@ -249,75 +174,7 @@ void Scanner::check_values(const BatchContext& ctx, Slot slot, const ValueRule& 
                            bool rows_are_samples) const {
   ValueStats s = stats ? *stats : view.check(slot, rule);
   if (s.ok()) return;
-  const LossType loss = cfg_.loss.type;
-  const bool nonfinite = s.nan + s.inf > 0;
-  const bool range = s.below + s.above > 0;
-  ValueStats nf = s, rg = s;
-  if (nonfinite && range) {
-    // Attribute each kind to its own samples.
-    ValueRule finite_only;
-    nf = view.check(slot, finite_only);
-    ValueRule range_only = rule;
-    range_only.finite = false;
-    rg = view.check(slot, range_only);
-  }
-  if (!rows_are_samples) {
-    for (ValueStats* v : {&s, &nf, &rg}) {
-      v->bad_rows = all_rows(ctx.size);
-      v->bad_rows_total = ctx.size;
-    }
-  }
-  const std::string what = slot == Slot::Input ? "inputs" : slot == Slot::Output ? "predictions" : "targets";
-  const std::string prefix = slot == Slot::Input ? "input" : slot == Slot::Output ? "output" : "target";
-  const std::string stage = slot == Slot::Input ? "data" : slot == Slot::Output ? "output" : "target";
-  const std::string of_batch = " in " + plural(nonfinite && range ? nf.bad_rows_total : s.bad_rows_total, "sample") +
-                               " of a batch of " + std::to_string(ctx.size);
-  if (nonfinite) {
-    nlohmann::ordered_json ev = stats_json(nf);
-    ev["shape"] = meta.shape;
-    std::string cuda;
-    if (slot == Slot::Output && loss == LossType::Bce) {
-      cuda = kCudaBceInput;
-      ev["pytorch_cpu_error"] = "all elements of input should be between 0 and 1";
-    }
-    std::string msg = what + " hold " + count_text(nf) + of_batch;
-    if (slot == Slot::Output && loss == LossType::Bce) msg += "; NaN fails BCELoss's range check like an out-of-range value";
-    out.push_back({prefix + "-nonfinite", stage, msg, ev, nf.bad_rows, nf.bad_rows_total, cuda});
-  }
-  if (range) {
-    nlohmann::ordered_json ev = stats_json(rg);
-    ev["shape"] = meta.shape;
-    std::string cuda, msg;
-    if (rule.class_index) {
-      ev["classes"] = rule.classes;
-      if (rule.ignore_index) ev["ignore_index"] = *rule.ignore_index;
-      cuda = cfg_.loss.reduction == Reduction::None ? kCudaClassNone : kCudaClass;
-      std::vector<std::string> vals;
-      for (double v : rg.bad_values) vals.push_back(format_number(v));
-      msg = "class indices must lie in [0, " + std::to_string(rule.classes) + ")" +
-            (rule.ignore_index ? " or equal ignore_index " + std::to_string(*rule.ignore_index) : std::string()) +
-            "; found " + join(vals) + " (" + plural(rg.below + rg.above, "value") + " in " +
-            plural(rg.bad_rows_total, "sample") + ")";
-      if (!rg.bad_values.empty()) ev["pytorch_cpu_error"] = "Target " + format_number(rg.bad_values.front()) + " is out of bounds.";
-    } else {
-      std::string contract = slot == Slot::Output && loss == LossType::Nll ? " (log-probabilities for nll)"
-                             : (loss == LossType::Bce || loss == LossType::BceWithLogits) && !(slot == Slot::Output && loss == LossType::BceWithLogits)
-                                 ? std::string(" (") + to_string(loss) + ")"
-                                 : std::string();
-      msg = what + " must lie in " + bounds_text(rule) + contract + "; found min " + format_number(rg.min) + ", max " +
-            format_number(rg.max) + " (" + plural(rg.below + rg.above, "value") + " in " +
-            plural(rg.bad_rows_total, "sample") + ")";
-      if (slot == Slot::Output && loss == LossType::Bce) {
-        cuda = kCudaBceInput;
-        ev["pytorch_cpu_error"] = "all elements of input should be between 0 and 1";
-      }
-      if (slot == Slot::Target && (loss == LossType::Bce)) {
-        cuda = kCudaBceTarget;
-        ev["pytorch_cpu_error"] = "none in LibTorch 1.13: BCELoss silently computes a wrong loss";
-      }
-    }
-    out.push_back({prefix + "-out-of-range", stage, msg, ev, rg.bad_rows, rg.bad_rows_total, cuda});
-  }
+  for (auto& e : value_findings(slot, rule, meta, view, s, cfg_.loss, ctx.size, rows_are_samples)) out.push_back(std::move(e));
 }
 
 void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
@@ -345,16 +202,11 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     if (id == "batchnorm-single-value" && !model_.batchnorm_modules.empty()) {
       ev["batchnorm_modules"] = model_.batchnorm_modules;
     }
-    std::string cuda;
-    if (contains(fwd.error, "index out of range in self")) cuda = kCudaIndexSelect;
-    else if (contains(fwd.error, "out of bounds for dimension") && contains(fwd.error, "gather")) cuda = kCudaGather;
-    else if (contains(fwd.error, "out of bounds for dimension")) cuda = kCudaIndex;
+    const std::string cuda = cuda_equivalent_of_forward_error(fwd.error);
     std::string msg;
     const TensorMeta in = backend_.meta(Slot::Input);
     if (in.present && in.dtype == "float64" &&
-        (contains(fwd.error, "expected scalar type Double but found Float") ||
-         contains(fwd.error, "expected scalar type Float but found Double") ||
-         contains(fwd.error, "should be the same") || contains(fwd.error, "must have the same dtype"))) {
+        is_dtype_mismatch_error(fwd.error)) {
       // The classic: float64 numpy data into a float32 model.
       ev["cause"] = "input-dtype";
       ev["input_dtype"] = in.dtype;
@@ -817,58 +669,10 @@ ScanResult Scanner::run(const OrderFn& order) {
 
 }  // namespace
 
-std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch) {
-  if (contains(message, "Expected more than 1 value per channel when training")) return "batchnorm-single-value";
-  if (largest_ok_batch > batch_size && is_shape_error(message)) return "hardcoded-batch-size";
-  return "forward-error";
-}
-
 ScanResult run_scan(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order,
                     std::ostream& log) {
   Scanner s(cfg, settings, backend, log);
   return s.run(order);
-}
-
-std::string format_summary(const ScanResult& result) {
-  const auto& r = result.report;
-  std::ostringstream out;
-  const auto& b = r["batches"];
-  out << "batchcheck: " << r["config"].get<std::string>() << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
-      << " on " << r["device"].get<std::string>() << " (" << r["mode"].get<std::string>() << " mode)"
-      << (result.complete ? "" : ", INTERRUPTED") << "\n";
-  auto line = [&](const char* name, const nlohmann::ordered_json& s) {
-    if (s.is_null()) return;
-    auto shape = [](const nlohmann::ordered_json& j) { return j.is_null() ? std::string("-") : j.dump(); };
-    out << "  " << name << " batch " << s["index"] << ": " << plural(s["size"].get<uint64_t>(), "sample") << ", input " << shape(s["input_shape"])
-        << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
-  };
-  line("first", b["first"]);
-  if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
-  for (const auto& f : result.findings) {
-    out << to_string(f.severity) << ": " << f.id;
-    if (f.probe) out << " (probe)";
-    if (f.batch) out << " at batch " << *f.batch;
-    if (f.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *f.rank;
-    if (!f.samples.empty()) {
-      std::vector<int64_t> head(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 5));
-      out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
-    }
-    out << "\n    " << f.message << "\n";
-    if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
-    for (const auto& fix : f.fixes) {
-      std::string code = fix.code.empty() ? fix.title : fix.code;
-      // Multi-line code (a whole collate_fn) stays readable under its fix line.
-      for (std::size_t p = code.find('\n'); p != std::string::npos; p = code.find('\n', p + 1)) code.insert(p + 1, "        ");
-      out << "    fix " << fix.id << ": " << code;
-      if (!fix.tradeoff.empty()) out << "  (" << fix.tradeoff << ")";
-      out << "\n";
-    }
-  }
-  const auto& s = r["summary"];
-  out << "verdict: " << r["verdict"].get<std::string>() << " (" << plural(s["errors"].get<uint64_t>(), "error") << ", "
-      << plural(s["warnings"].get<uint64_t>(), "warning") << ", " << plural(s["infos"].get<uint64_t>(), "info")
-      << "; --fail-on " << r["fail_on"].get<std::string>() << ")\n";
-  return out.str();
 }
 
 }  // namespace batchcheck

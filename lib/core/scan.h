@@ -43,11 +43,8 @@ using OrderFn = std::function<std::vector<int64_t>(const LoaderSpec&)>;
 ScanResult run_scan(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order,
                     std::ostream& log);
 
-// What forward failure this is: batchnorm-single-value, hardcoded-batch-size or forward-error.
-// largest_ok_batch is the largest batch size whose forward succeeded so far (0 if none).
-std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch);
 
-// The human summary printed on stderr after a scan.
+// The human summary printed on stderr after a scan (core/summary.cpp).
 std::string format_summary(const ScanResult& result);
 
 }  // namespace batchcheck

@@ -1,0 +1,62 @@
+#include "core/classify.h"
+
+namespace batchcheck {
+
+namespace {
+
+bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+
+bool contains_any(const std::string& s, std::initializer_list<const char*> needles) {
+  for (const char* n : needles) {
+    if (contains(s, n)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool is_shape_error(const std::string& m) {
+  return contains_any(m, {"shape '[",
+                          "is invalid for input of size",
+                          "size mismatch",
+                          "must match the size of tensor",
+                          "shapes cannot be multiplied",
+                          "Dimension out of range",
+                          "Sizes of tensors must match",
+                          "sizes of tensors must match",
+                          "Expected input batch_size",
+                          "doesn't match the broadcast shape",
+                          "cannot reshape",
+                          "Expected 4-dimensional input",
+                          "Expected 3D",
+                          "Expected 2D",
+                          "expected input with shape",
+                          "must have the same size",
+                          "split_with_sizes",
+                          "start (",
+                          "out of range (expected to be in range of"});
+}
+
+bool is_dtype_mismatch_error(const std::string& m) {
+  return contains_any(m, {"expected scalar type Double but found Float", "expected scalar type Float but found Double",
+                          "should be the same", "must have the same dtype"});
+}
+
+std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch) {
+  if (contains(message, "Expected more than 1 value per channel when training")) return "batchnorm-single-value";
+  if (largest_ok_batch > batch_size && is_shape_error(message)) return "hardcoded-batch-size";
+  return "forward-error";
+}
+
+std::string cuda_equivalent_of_forward_error(const std::string& m) {
+  if (contains(m, "index out of range in self")) return "Assertion `srcIndex < srcSelectDimSize` failed.";
+  if (contains(m, "out of bounds for dimension") && contains(m, "gather")) {
+    return "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.";
+  }
+  if (contains(m, "out of bounds for dimension")) {
+    return "Assertion `index >= -sizes[i] && index < sizes[i] && \"index out of bounds\"` failed.";
+  }
+  return "";
+}
+
+}  // namespace batchcheck

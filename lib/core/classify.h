@@ -1,0 +1,29 @@
+#pragma once
+// Forward failures → finding ids, and the CUDA message each fault gives on a GPU: tables
+// of the error texts LibTorch raises (see the README's field notes on CPU vs CUDA).
+#include <cstdint>
+#include <string>
+
+namespace batchcheck {
+
+namespace cuda_text {
+inline constexpr const char* kBceInput = "Assertion `input_val >= zero && input_val <= one` failed.";
+inline constexpr const char* kBceTarget = "Assertion `target_val >= zero && target_val <= one` failed.";
+inline constexpr const char* kClass = "Assertion `t >= 0 && t < n_classes` failed.";
+inline constexpr const char* kClassNone = "Assertion `cur_target >= 0 && cur_target < n_classes` failed.";
+}  // namespace cuda_text
+
+// batchnorm-single-value, hardcoded-batch-size or forward-error. largest_ok_batch is the
+// largest batch size whose forward succeeded so far (0 if none).
+std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch);
+
+// A shape error (view, matmul, broadcast...): what a batch size baked into the model raises.
+bool is_shape_error(const std::string& message);
+
+// float64 inputs into float32 weights ("expected scalar type Double but found Float").
+bool is_dtype_mismatch_error(const std::string& message);
+
+// The device-side assert the same indexing fault fires on CUDA, or "".
+std::string cuda_equivalent_of_forward_error(const std::string& message);
+
+}  // namespace batchcheck

@@ -1,0 +1,52 @@
+#include "core/scan.h"
+
+#include <sstream>
+
+#include "core/text.h"
+
+// The human summary on stderr: a view of the report, like the JSON itself.
+namespace batchcheck {
+
+std::string format_summary(const ScanResult& result) {
+  const auto& r = result.report;
+  std::ostringstream out;
+  const auto& b = r["batches"];
+  out << "batchcheck: " << r["config"].get<std::string>() << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
+      << " on " << r["device"].get<std::string>() << " (" << r["mode"].get<std::string>() << " mode)"
+      << (result.complete ? "" : ", INTERRUPTED") << "\n";
+  auto line = [&](const char* name, const nlohmann::ordered_json& s) {
+    if (s.is_null()) return;
+    auto shape = [](const nlohmann::ordered_json& j) { return j.is_null() ? std::string("-") : j.dump(); };
+    out << "  " << name << " batch " << s["index"] << ": " << plural(s["size"].get<uint64_t>(), "sample") << ", input " << shape(s["input_shape"])
+        << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
+  };
+  line("first", b["first"]);
+  if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
+  for (const auto& f : result.findings) {
+    out << to_string(f.severity) << ": " << f.id;
+    if (f.probe) out << " (probe)";
+    if (f.batch) out << " at batch " << *f.batch;
+    if (f.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *f.rank;
+    if (!f.samples.empty()) {
+      std::vector<int64_t> head(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 5));
+      out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
+    }
+    out << "\n    " << f.message << "\n";
+    if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
+    for (const auto& fix : f.fixes) {
+      std::string code = fix.code.empty() ? fix.title : fix.code;
+      // Multi-line code (a whole collate_fn) stays readable under its fix line.
+      for (std::size_t p = code.find('\n'); p != std::string::npos; p = code.find('\n', p + 1)) code.insert(p + 1, "        ");
+      out << "    fix " << fix.id << ": " << code;
+      if (!fix.tradeoff.empty()) out << "  (" << fix.tradeoff << ")";
+      out << "\n";
+    }
+  }
+  const auto& s = r["summary"];
+  out << "verdict: " << r["verdict"].get<std::string>() << " (" << plural(s["errors"].get<uint64_t>(), "error") << ", "
+      << plural(s["warnings"].get<uint64_t>(), "warning") << ", " << plural(s["infos"].get<uint64_t>(), "info")
+      << "; --fail-on " << r["fail_on"].get<std::string>() << ")\n";
+  return out.str();
+}
+
+}  // namespace batchcheck
