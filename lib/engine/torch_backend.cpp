@@ -168,6 +168,15 @@ class TorchBatchView : public BatchView {
   bool sync_;
 };
 
+// A failed forward or backward: the message, TorchScript's source location and traceback.
+template <class Result>
+void fill_error(Result& r, const std::exception& e) {
+  ErrorText t = parse_error_text(exception_message(e));
+  r.error = t.message;
+  r.location = t.location;
+  r.traceback = t.traceback;
+}
+
 // What an IValue is, in Python's words (never LibTorch's GenericDict/GenericList).
 std::string describe(const c10::IValue& v) {
   if (v.isTensor()) return "a tensor";
@@ -418,10 +427,7 @@ class TorchBackend : public Backend {
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
-      ErrorText t = parse_error_text(exception_message(e));
-      r.error = t.message;
-      r.location = t.location;
-      r.traceback = t.traceback;
+      fill_error(r, e);
     }
     return r;
   }
@@ -453,10 +459,7 @@ class TorchBackend : public Backend {
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
-      ErrorText t = parse_error_text(exception_message(e));
-      r.error = t.message;
-      r.location = t.location;
-      r.traceback = t.traceback;
+      fill_error(r, e);
     }
     output_ = output_.detach();  // frees the graph; the shape stays for the report
     clear_gradients();
