@@ -609,6 +609,7 @@ TEST(ScanE2E, StdoutHoldsOnlyTheReportAndAnyNameWorks) {
   auto e = run_command(bin + " scan " + s.file("cfg.json") + " -q -o /dev/null 2>&1");
   EXPECT_NE(e.output.find("hello from forward"), std::string::npos) << "the print goes to stderr";
 
+
   // A report name of 255 bytes (NAME_MAX): the temporary file beside it must still fit.
   const std::string long_name = s.file(std::string(250, 'r') + ".json");
   std::ostringstream out, err;

@@ -20,6 +20,7 @@
 #include <future>
 #include <iterator>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/contract.h"
@@ -29,6 +30,7 @@
 #include "core/files.h"
 #include "core/npy.h"
 #include "core/worker.h"
+#include "engine/compat.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -166,6 +168,21 @@ class TorchBatchView : public BatchView {
   at::Tensor output_, target_, output_host_, target_host_;
   c10::Device device_;
   bool sync_;
+};
+
+// Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): one line each on
+// stderr, once per distinct message, instead of glog's multi-line banner on every batch.
+class ModelWarnings : public compat::WarningSink {
+ public:
+  void on_warning(const std::string& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!seen_.insert(message).second) return;
+    std::cerr << "batchcheck: warning from the model: " << single_line(message) << "\n";
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> seen_;
 };
 
 // A failed forward or backward: the message, TorchScript's source location and traceback.
@@ -363,6 +380,8 @@ class TorchBackend : public Backend {
   TorchBackend(const Config& cfg, const BackendOptions& opt) : cfg_(cfg), opt_(opt) {
     // A print() in the model's TorchScript goes to stderr: stdout holds only the report.
     torch::jit::setPrintHandler([](const std::string& s) { std::cerr << s << std::flush; });
+    static ModelWarnings warnings;
+    c10::Warning::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
     if (cfg.data.format == DataFormat::Npy) {

@@ -1,0 +1,24 @@
+#pragma once
+// The one place where the LibTorch versions batchcheck builds against differ in API.
+// Everything else in lib/engine/ is written once.
+#include <c10/util/Exception.h>
+#include <torch/version.h>  // torch/csrc/api/include: TORCH_VERSION_MAJOR
+
+#include <string>
+
+namespace batchcheck::compat {
+
+// c10's warning hook: process(location, msg, verbatim) up to 1.13, process(Warning) after.
+class WarningSink : public c10::WarningHandler {
+ public:
+  virtual void on_warning(const std::string& message) = 0;
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override { on_warning(warning.msg()); }
+#else
+  void process(const c10::SourceLocation& /*where*/, const std::string& msg, const bool /*verbatim*/) override {
+    on_warning(msg);
+  }
+#endif
+};
+
+}  // namespace batchcheck::compat
