@@ -9,7 +9,6 @@
 namespace batchcheck {
 
 namespace {
-constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 }  // namespace
