@@ -625,3 +625,25 @@ TEST(ScanE2E, StdoutHoldsOnlyTheReportAndAnyNameWorks) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
   }
 }
+
+// An earlier NaN batch poisons BatchNorm's running statistics; the probe runs on the model
+// as loaded from its file, so it does not report them as its own ("running_var became NaN").
+TEST(ScanE2E, ProbesStartFromTheModelAsSaved) {
+  ModuleSpec bn{"BatchNorm1d",
+                "def forward(self, x):\n"
+                "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+                "                            self.training, 0.1, 1e-5, False)\n",
+                {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}, true}, {"running_var", {3}, {1, 1, 1}, true}},
+                {}};
+  Workspace s("probe-fresh");
+  // [N, 3, 4]: four values per channel even in a batch of one, so BatchNorm is fine there.
+  s.inputs(8, 12, [](uint64_t i, uint64_t j) { return i == 5 && j == 0 ? NAN : 0.1f * static_cast<float>(i + j); });
+  s.float_targets(zeros(8 * 3), {8, 3})
+      .model("def forward(self, x):\n    return self.bn.forward(x.view(x.size(0), 3, 4)).sum(2)\n", {}, {{"bn", bn}});
+  s.checks(R"({"probe_batch_sizes": [1]})");
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 1);
+  expect_finding(one(r, "input-nonfinite"), "error", 1, {5});
+  EXPECT_TRUE(with_id(r.report, "batchnorm-single-value").empty()) << r.report["findings"].dump(1);
+  for (const auto& f : r.report["findings"]) EXPECT_FALSE(f.contains("probe")) << f.dump(1);
+}

@@ -188,6 +188,7 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     check_values(ctx, Slot::Input, *rule, input, current, emitted);
     apply(ctx, emitted);
   }
+  const bool inputs_bad = batch_has_error_;
 
   ForwardResult fwd = backend_.forward();
   // The previous batch's post-forward stage ran during this forward: record it now,
@@ -224,7 +225,9 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size);
-  if (cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size == 1) {
+  // NaN inputs turn running statistics NaN at any batch size: that is input-nonfinite's
+  // finding, not a single value per channel.
+  if (cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size == 1 && !inputs_bad) {
     check_batchnorm_stats(ctx);
   }
 
