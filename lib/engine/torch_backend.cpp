@@ -485,7 +485,12 @@ class TorchBackend : public Backend {
     return r;
   }
 
-  void reset_model() override { load_module(); }
+  // Parameters never change (no optimizer step): restoring the buffers (running statistics,
+  // num_batches_tracked) as they were in the file gives the model as loaded, without a reload.
+  void reset_model() override {
+    at::NoGradGuard no_grad;
+    for (auto& [buffer, saved] : saved_buffers_) buffer.copy_(saved);
+  }
 
   std::string device() const override { return device_.str(); }
 
@@ -531,35 +536,37 @@ class TorchBackend : public Backend {
   // Gradients that are not finite, by parameter. One reduction per parameter and one
   // host transfer; exact counts only for the parameters whose sum is not finite.
   void check_gradients(BackwardResult& r) {
-    std::vector<std::string> names;
-    std::vector<at::Tensor> grads, sums;
-    for (const auto& p : module_.named_parameters(true)) {
-      const at::Tensor& g = p.value.grad();
+    at::NoGradGuard no_grad;
+    std::vector<std::size_t> which;
+    std::vector<at::Tensor> grads;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor& g = params_[i].second.grad();
       if (!g.defined() || !at::isFloatingType(g.scalar_type())) continue;
-      names.push_back(p.name);
+      which.push_back(i);
       grads.push_back(g);
-      sums.push_back(g.detach().sum().to(at::kDouble));
     }
     if (grads.empty()) return;
-    at::Tensor all = at::stack(sums).to(at::kCPU).contiguous();
-    const double* v = all.data_ptr<double>();
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (std::isfinite(v[i])) continue;
-      at::Tensor g = grads[i].detach();
+    // One L1 norm per gradient in one call, one host transfer: a NaN or Inf anywhere makes
+    // its norm non-finite. Exact counts only for those (a finite overflow then counts 0).
+    at::Tensor norms = at::stack(at::_foreach_norm(grads, 1)).to(at::kDouble).to(at::kCPU).contiguous();
+    const double* v = norms.data_ptr<double>();
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      if (std::isfinite(v[k])) continue;
+      const at::Tensor& g = grads[k];
       GradStats s;
-      s.name = names[i];
+      s.name = params_[which[k]].first;
       s.elements = static_cast<uint64_t>(g.numel());
       s.nan = static_cast<uint64_t>(at::isnan(g).sum().item<int64_t>());
       s.inf = static_cast<uint64_t>(at::isinf(g).sum().item<int64_t>());
-      if (s.nan + s.inf == 0) continue;  // the sum overflowed; every element is finite
+      if (s.nan + s.inf == 0) continue;
       if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
       ++r.nonfinite_total;
     }
   }
 
   void clear_gradients() {
-    for (const auto& p : module_.named_parameters(true)) {
-      if (p.value.grad().defined()) p.value.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
+    for (auto& p : params_) {
+      if (p.second.grad().defined()) p.second.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
     }
   }
 
@@ -608,6 +615,13 @@ class TorchBackend : public Backend {
       throw InputError(path, "", "not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): " + msg);
     }
     module_.train(cfg_.model.mode == Mode::Train);
+    // Named once: listing a TorchScript module's parameters builds their names each time.
+    params_.clear();
+    for (const auto& p : module_.named_parameters(true)) params_.emplace_back(p.name, p.value);
+    saved_buffers_.clear();
+    for (const auto& b : module_.named_buffers(true)) {
+      if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
+    }
     batchnorm_.clear();
     model_info_.batchnorm_modules.clear();
     for (const auto& m : module_.named_modules()) {
@@ -745,6 +759,8 @@ class TorchBackend : public Backend {
   torch::jit::Module module_;
   ModelInfo model_info_;
   std::vector<torch::jit::Module> batchnorm_;  // parallel to model_info_.batchnorm_modules
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
   at::Tensor input_, target_, output_, loss_;
   std::optional<ValueStats> input_stats_;
   std::map<int, at::Tensor> checked_;
