@@ -200,6 +200,8 @@ void parse_checks(const JsonObject& c, ChecksConfig& out) {
 
 }  // namespace
 
+bool backward_enabled(const Config& cfg) { return cfg.checks.backward.value_or(cfg.model.mode == Mode::Train); }
+
 const char* to_string(SamplerKind k) {
   switch (k) {
     case SamplerKind::Sequential: return "sequential";

@@ -99,6 +99,9 @@ Config load_config(const std::string& path);
 // For tests and tools: parse from text; relative paths resolve against base_dir.
 Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir);
 
+// checks.backward as it applies: unset means on in train mode, off in eval mode.
+bool backward_enabled(const Config& cfg);
+
 // "cpu", "cuda", "cuda:N", "auto"; false for anything else.
 bool valid_device(const std::string& device);
 

@@ -139,18 +139,15 @@ void Scanner::record(const BatchContext& ctx, const std::string& id, const std::
   } else {
     f = &findings_[it->second];
   }
-  const bool new_batch = f->occurrences_total == 0 || f->occurrences.empty() || f->occurrences.back().batch != ctx.batch;
-  if (ctx.batch && (f->batches.empty() || f->batches.back() != *ctx.batch)) f->batches.push_back(*ctx.batch);
-  Occurrence* occ = nullptr;
+  // A finding is per (id, rank, probe size): a new occurrence is a new batch (a probe has one).
+  const bool new_batch = f->occurrences_total == 0 || (ctx.batch && f->batches.back() != *ctx.batch);
+  if (new_batch && ctx.batch) f->batches.push_back(*ctx.batch);
   if (new_batch) {
     ++f->occurrences_total;
-    if (f->occurrences.size() < kOccurrenceCap) {
-      f->occurrences.push_back({ctx.rank, ctx.batch, {}, 0});
-      occ = &f->occurrences.back();
-    }
-  } else {
-    occ = &f->occurrences.back();
+    if (f->occurrences.size() < kOccurrenceCap) f->occurrences.push_back({ctx.rank, ctx.batch, {}, 0});
   }
+  // This batch's occurrence, unless it fell past the cap.
+  Occurrence* occ = f->occurrences.size() == f->occurrences_total ? &f->occurrences.back() : nullptr;
   const bool first = occ && occ == &f->occurrences.front();
   for (uint64_t r : rows) {
     // A row of the batch, never of a tensor that is larger than the batch.
@@ -206,8 +203,7 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     const std::string cuda = cuda_equivalent_of_forward_error(fwd.error);
     std::string msg;
     const TensorMeta in = backend_.meta(Slot::Input);
-    if (in.present && in.dtype == "float64" &&
-        is_dtype_mismatch_error(fwd.error)) {
+    if (in.present && in.dtype == "float64" && is_dtype_mismatch_error(fwd.error)) {
       // The classic: float64 numpy data into a float32 model.
       ev["cause"] = "input-dtype";
       ev["input_dtype"] = in.dtype;
@@ -218,7 +214,7 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
     } else if (id == "hardcoded-batch-size") {
       msg = "forward runs at batch size " + std::to_string(largest_ok_batch_) + " but fails at " +
             std::to_string(ctx.size) + " with a shape error: " + fwd.error;
-    } else if (msg.empty()) {
+    } else {
       msg = "forward raised on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
     }
     record(ctx, id, "forward", msg, ev, all_rows(ctx.size), ctx.size, cuda);
@@ -322,12 +318,7 @@ void Scanner::run_backward(const BatchContext& ctx) {
   std::vector<std::string> names;
   for (const auto& g : b.nonfinite) {
     params.push_back({{"name", g.name}, {"elements", g.elements}, {"nan", g.nan}, {"inf", g.inf}});
-    if (names.size() < 3) {
-      std::vector<std::string> parts;
-      if (g.nan) parts.push_back(plural(g.nan, "NaN", "NaNs"));
-      if (g.inf) parts.push_back(plural(g.inf, "Inf", "Infs"));
-      names.push_back(g.name + " (" + join(parts, ", ") + ")");
-    }
+    if (names.size() < 3) names.push_back(g.name + " (" + nonfinite_text(g.nan, g.inf, ", ") + ")");
   }
   std::string more = b.nonfinite_total > names.size() ? " and " + std::to_string(b.nonfinite_total - names.size()) + " more" : "";
   record(ctx, "gradient-nonfinite", "backward",
@@ -502,7 +493,7 @@ ScanResult Scanner::run(const OrderFn& order) {
   start_ = std::chrono::steady_clock::now();
   const DatasetInfo data = backend_.dataset();
   model_ = backend_.model();
-  backward_ = cfg_.checks.backward.value_or(cfg_.model.mode == Mode::Train);
+  backward_ = backward_enabled(cfg_);
   mode_findings();
   bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);

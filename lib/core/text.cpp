@@ -131,4 +131,11 @@ std::string plural(uint64_t n, std::string_view singular, std::string_view plura
   return out + (plural_form.empty() ? std::string(singular) + "s" : std::string(plural_form));
 }
 
+std::string nonfinite_text(uint64_t nan, uint64_t inf, std::string_view sep) {
+  std::vector<std::string> parts;
+  if (nan) parts.push_back(plural(nan, "NaN", "NaNs"));
+  if (inf) parts.push_back(plural(inf, "Inf", "Infs"));
+  return join(parts, sep);
+}
+
 }  // namespace batchcheck

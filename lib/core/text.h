@@ -34,4 +34,7 @@ std::string format_number(double v);
 // "1 sample" / "3 samples"
 std::string plural(uint64_t n, std::string_view singular, std::string_view plural_form = {});
 
+// "3 NaNs and 1 Inf" (sep between the two; a zero count is left out).
+std::string nonfinite_text(uint64_t nan, uint64_t inf, std::string_view sep = " and ");
+
 }  // namespace batchcheck

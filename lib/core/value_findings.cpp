@@ -9,13 +9,6 @@ namespace batchcheck {
 
 namespace {
 
-std::string count_text(const ValueStats& s) {
-  std::vector<std::string> parts;
-  if (s.nan) parts.push_back(plural(s.nan, "NaN", "NaNs"));
-  if (s.inf) parts.push_back(plural(s.inf, "Inf", "Infs"));
-  return join(parts, " and ");
-}
-
 std::string bounds_text(const ValueRule& r) {
   return "[" + (r.lo ? format_number(*r.lo) : std::string("-inf")) + ", " +
          (r.hi ? format_number(*r.hi) : std::string("inf")) + "]";
@@ -77,7 +70,7 @@ std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const Tens
       cuda = cuda_text::kBceInput;
       ev["pytorch_cpu_error"] = "all elements of input should be between 0 and 1";
     }
-    std::string msg = what + " hold " + count_text(nf) + of_batch;
+    std::string msg = what + " hold " + nonfinite_text(nf.nan, nf.inf) + of_batch;
     if (slot == Slot::Output && loss == LossType::Bce) msg += "; NaN fails BCELoss's range check like an out-of-range value";
     out.push_back({prefix + "-nonfinite", stage, msg, ev, nf.bad_rows, nf.bad_rows_total, cuda});
   }

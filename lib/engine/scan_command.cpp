@@ -137,13 +137,12 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   if (cmd.mode) cfg.model.mode = *cmd.mode;
   if (cmd.max_batches) cfg.checks.max_batches = *cmd.max_batches;
   if (cmd.no_backward) cfg.checks.backward = false;
-  if (!cfg.checks.backward) cfg.checks.backward = cfg.model.mode == Mode::Train;
 
   BackendOptions bo;
   bo.device = cfg.device;
   bo.mode = cfg.model.mode;
   bo.sync = cfg.sync;
-  bo.backward = *cfg.checks.backward;
+  bo.backward = backward_enabled(cfg);
   bo.threads = cmd.threads;
   auto backend = make_torch_backend(cfg, bo);
 

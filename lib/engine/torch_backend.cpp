@@ -616,14 +616,10 @@ class TorchBackend : public Backend {
     }
     module_.train(cfg_.model.mode == Mode::Train);
     // Named once: listing a TorchScript module's parameters builds their names each time.
-    params_.clear();
     for (const auto& p : module_.named_parameters(true)) params_.emplace_back(p.name, p.value);
-    saved_buffers_.clear();
     for (const auto& b : module_.named_buffers(true)) {
       if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
     }
-    batchnorm_.clear();
-    model_info_.batchnorm_modules.clear();
     for (const auto& m : module_.named_modules()) {
       auto type = m.value.type()->name();
       if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
