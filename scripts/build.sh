@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Configures and builds batchcheck into ./build (or $BUILD_DIR). Extra args go to cmake.
+# Configures and builds batchcheck into ./build (./build-debian with BATCHCHECK_TORCH=debian), or
+# $BUILD_DIR. Extra args go to cmake. Which torch: see scripts/torch-env.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
+source scripts/torch-env.sh
+bc_cmake_args
+BUILD_DIR=${BUILD_DIR:-$BC_BUILD_DIR}
+# A build folder configured for another torch is made afresh: CMake caches the LibTorch it found.
+if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
+   ! grep -qxF "BATCHCHECK_PYTHON:FILEPATH=$BC_PYTHON" "$BUILD_DIR/CMakeCache.txt"; then
+  echo "build: $BUILD_DIR was configured for another torch; configuring it afresh" >&2
+  rm -rf "$BUILD_DIR"
+fi
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" "$@" >/dev/null
+  cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" "${BC_CMAKE_ARGS[@]}" "$@" >/dev/null
 else
-  cmake -S . -B "$BUILD_DIR" "$@" >/dev/null
+  cmake -S . -B "$BUILD_DIR" "${BC_CMAKE_ARGS[@]}" "$@" >/dev/null
 fi
 # Two jobs: the torch translation units need ~1.5 GB each.
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}"

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Installs, with apt-get, exactly what batchcheck needs and this machine lacks.
+# Installs exactly what batchcheck needs and this machine lacks: Debian packages with apt-get,
+# and (default build) torch 2.15.0 in a virtual environment outside the checkout, with pip.
 # Idempotent: prints nothing and touches nothing when everything is already there.
+# Which torch: see scripts/torch-env.sh (BATCHCHECK_TORCH=pip|debian, BATCHCHECK_PYTHON=...).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/torch-env.sh
 
 PACKAGES=(
   cmake g++ make ninja-build
-  libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
-  python3-torch python3-torchvision python3-numpy
 )
+case $BC_TORCH in
+  debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;
+  pip) PACKAGES+=(python3 python3-venv) ;;
+esac
 # clang builds the libFuzzer targets; optional for the rest.
 if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 ]]; then PACKAGES+=(clang); fi
 
@@ -18,11 +25,43 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "setup: installing ${missing[*]}" >&2
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[[ $BC_TORCH == debian ]] && exit 0
+
+# A CUDA-enabled torch wheel's CMake config needs the CUDA toolkit (nvcc), even to build for the CPU.
+if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "setup: error: the torch wheel's CMake config needs the CUDA toolkit (nvcc), which is not installed;" \
+    "install it, or build against Debian's LibTorch 1.13: BATCHCHECK_TORCH=debian scripts/setup.sh" >&2
+  exit 2
+fi
+
+if [[ $BC_TORCH == python ]]; then
+  "$BC_PYTHON" -c 'import torch, numpy' 2>/dev/null || {
+    echo "setup: error: BATCHCHECK_PYTHON=$BC_PYTHON cannot import torch and numpy" >&2
+    exit 2
+  }
+  exit 0
+fi
+
+want="torch==$BC_TORCH_PIN torchvision==$BC_TORCHVISION_PIN numpy==$BC_NUMPY_PIN"
+have_pins() {
+  [[ -x "$BC_PYTHON" ]] && "$BC_PYTHON" - "$BC_TORCH_PIN" "$BC_TORCHVISION_PIN" "$BC_NUMPY_PIN" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+wanted = dict(zip(["torch", "torchvision", "numpy"], sys.argv[1:]))
+sys.exit(0 if all(version(p).split("+")[0] == v for p, v in wanted.items()) else 1)
+PY
+}
+have_pins && exit 0
+echo "setup: installing $want into $BATCHCHECK_VENV (about 5.4 GB on disk, 1-3 minutes)" >&2
+[[ -x "$BC_PYTHON" ]] || /usr/bin/python3 -m venv "$BATCHCHECK_VENV"
+"$BC_PYTHON" -m pip install -q --disable-pip-version-check $want
+have_pins || { echo "setup: error: $BATCHCHECK_VENV does not hold $want after pip install" >&2; exit 1; }

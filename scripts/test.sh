@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# README command 2: install what is missing, build with warnings as errors, run every test;
-# then the same suite under ASan + UBSan, then the fuzzers for a bounded time.
-# BATCHCHECK_QUICK=1 skips the sanitizer tree and the fuzzers (for a fast local loop).
+# README command 2: install what is missing, build with warnings as errors, run every test, for
+# both supported builds: the default (LibTorch of torch 2.15.0 from pip, build/) and Debian's
+# libtorch-dev 1.13 (build-debian/); then the suite under ASan + UBSan, then the fuzzers for a
+# bounded time. BATCHCHECK_QUICK=1 runs the default build's suite only (a fast local loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,7 +17,10 @@ summary() {
   echo "tests: $((total - failed)) passed, $failed failed"
 }
 
-echo "== build and test (build/)" >&2
+torch_line() { "$1" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch ?"; }
+source scripts/torch-env.sh
+
+echo "== build and test, default build: $(torch_line "$BC_PYTHON") (build/)" >&2
 scripts/build.sh -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2) | tee -a "$LOG"
 
@@ -25,13 +29,18 @@ if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then
   exit 0
 fi
 
-echo "== ASan + UBSan build and test (build-asan/)" >&2
-# No suppressions are needed with Debian's LibTorch 1.13: leaks and UB reports fail the run.
+echo "== build and test, Debian's libtorch-dev: $(torch_line /usr/bin/python3) (build-debian/)" >&2
+BATCHCHECK_TORCH=debian scripts/setup.sh
+BATCHCHECK_TORCH=debian BUILD_DIR=build-debian scripts/build.sh -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
+(cd build-debian && ctest --output-on-failure -j 2) | tee -a "$LOG"
+
+echo "== ASan + UBSan build and test, Debian's libtorch-dev (build-asan/)" >&2
+# Against Debian's LibTorch: no suppressions are needed there, so leaks and UB reports fail the run.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-BUILD_DIR=build-asan scripts/build.sh -DENABLE_SANITIZERS=ON -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
+BATCHCHECK_TORCH=debian BUILD_DIR=build-asan scripts/build.sh -DENABLE_SANITIZERS=ON -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
 # The real-model suite runs torchvision's networks (LibTorch's code, not ours) for minutes;
-# under ASan it would take most of CI's budget, so it runs in the plain tree only.
+# under ASan it would take most of CI's budget, so it runs in the plain trees only.
 (cd build-asan && ctest --output-on-failure -j 2 -E '^RealModels\.') | tee -a "$LOG"
 
 echo "== fuzzers (build-fuzz/)" >&2

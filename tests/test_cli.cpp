@@ -104,7 +104,7 @@ TEST(Cli, HelpAndVersion) {
   EXPECT_NE(scan.out.find("--no-backward"), std::string::npos) << scan.out;
   CliRun v = cli({"--version"});
   EXPECT_EQ(v.code, 0);
-  EXPECT_EQ(v.out.rfind("batchcheck 0.1.0 (LibTorch 1.13", 0), 0u) << v.out;
+  EXPECT_EQ(v.out.rfind("batchcheck 0.1.0 (LibTorch " BATCHCHECK_TORCH_VERSION ")", 0), 0u) << v.out;
 }
 
 // The installed shape: the binary loads libbatchcheck_scan.so for `scan` only.

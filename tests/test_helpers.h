@@ -23,10 +23,17 @@ inline CommandResult run_command(const std::string& command) {
   return r;
 }
 
-// Debian's python with python3-torch, which the interop tests use as an oracle.
+// The Python whose torch matches the LibTorch linked (the venv's for the default build,
+// Debian's python3-torch for the libtorch-dev build): the interop tests' oracle.
+inline std::string python() { return BATCHCHECK_PYTHON; }
+
 inline bool python_torch_available() {
-  static const bool ok = run_command("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1").status == 0;
+  static const bool ok = run_command(python() + " -c 'import torch, numpy' >/dev/null 2>&1").status == 0;
   return ok;
+}
+
+inline std::string python_missing_line(const std::string& what) {
+  return python() + " cannot import torch and numpy: " + what + " cannot run (scripts/setup.sh installs them)";
 }
 
 class TempDir {

@@ -15,11 +15,10 @@ using Json = nlohmann::json;
 
 TEST(Interop, BatchcheckReportsTheBatchWherePyTorchTrainingFails) {
   if (!test_util::python_torch_available()) {
-    GTEST_SKIP() << "python3-torch is not installed for /usr/bin/python3: the PyTorch interop test cannot run "
-                    "(scripts/setup.sh installs it)";
+    GTEST_SKIP() << test_util::python_missing_line("the PyTorch interop test");
   }
   test_util::TempDir dir("interop");
-  auto gen = test_util::run_command("/usr/bin/python3 " BATCHCHECK_SOURCE_DIR "/tests/interop/make_interop.py " +
+  auto gen = test_util::run_command(test_util::python() + " " BATCHCHECK_SOURCE_DIR "/tests/interop/make_interop.py " +
                                     dir.path().string());
   ASSERT_EQ(gen.status, 0) << "make_interop.py failed";
   std::ifstream in(dir.file("manifest.json"));

@@ -16,10 +16,9 @@ using batchcheck::test_util::run_command;
 
 TEST(Oracle, BatchPlanMatchesPyTorchIndexForIndex) {
   if (!python_torch_available()) {
-    GTEST_SKIP() << "python3-torch is not installed for /usr/bin/python3: the PyTorch oracle cannot run "
-                    "(scripts/setup.sh installs it)";
+    GTEST_SKIP() << test_util::python_missing_line("the PyTorch oracle");
   }
-  auto r = run_command("/usr/bin/python3 " BATCHCHECK_SOURCE_DIR "/tests/oracle/dataloader_oracle.py");
+  auto r = run_command(test_util::python() + " " BATCHCHECK_SOURCE_DIR "/tests/oracle/dataloader_oracle.py");
   ASSERT_EQ(r.status, 0) << "the oracle script failed";
   std::istringstream lines(r.output);
   std::string line;

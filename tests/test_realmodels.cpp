@@ -45,11 +45,10 @@ void write(const std::string& path, const Json& j) {
 
 TEST(RealModels, DefaultConfigAgreesWithTheTrainingLoop) {
   if (!test_util::python_torch_available()) {
-    GTEST_SKIP() << "python3-torch is not installed for /usr/bin/python3: the real-model suite cannot run "
-                    "(scripts/setup.sh installs it)";
+    GTEST_SKIP() << test_util::python_missing_line("the real-model suite");
   }
   test_util::TempDir dir("realmodels");
-  auto gen = test_util::run_command("/usr/bin/python3 " BATCHCHECK_SOURCE_DIR "/tests/realmodels/make_realmodels.py " +
+  auto gen = test_util::run_command(test_util::python() + " " BATCHCHECK_SOURCE_DIR "/tests/realmodels/make_realmodels.py " +
                                     dir.path().string());
   ASSERT_EQ(gen.status, 0) << "make_realmodels.py failed: " << gen.output;
   std::ifstream in(dir.file("manifest.json"));

@@ -93,8 +93,8 @@ TEST(ScanE2E, ImpossibleLoaderSetupsAreRefusedAsPyTorchRefusesThem) {
   EXPECT_EQ(overflow.code, 2);
   EXPECT_EQ(overflow.err, "batchcheck: error: " + s.file("cfg.json") +
                               ": loader.seed: seed + epoch = 18446744073709551615 + 1 exceeds 2^64-1: DistributedSampler "
-                              "calls manual_seed(seed + epoch), which raises \"Overflow when unpacking long\", so this "
-                              "training never starts\n");
+                              "calls manual_seed(seed + epoch), which raises \"Overflow when unpacking long long\" (torch "
+                              "2.x; \"... long\" in 1.13), so this training never starts\n");
   // One loader seeded once, at epoch 2^64-1: refused at once, not replayed for ever.
   s.loader(R"({"batch_size": 5, "shuffle": true, "seed": 1, "epoch": 18446744073709551615})");
   auto epochs = s.scan();

@@ -155,7 +155,8 @@ void parse_loader(const JsonObject& l, LoaderConfig& out) {
   if (out.sampler == SamplerKind::Distributed && out.shuffle && !out.seed_negative && out.epoch > UINT64_MAX - out.seed) {
     l.fail("seed", "seed + epoch = " + std::to_string(out.seed) + " + " + std::to_string(out.epoch) +
                        " exceeds 2^64-1: DistributedSampler calls manual_seed(seed + epoch), which raises "
-                       "\"Overflow when unpacking long\", so this training never starts");
+                       "\"Overflow when unpacking long long\" (torch 2.x; \"... long\" in 1.13), so this training "
+                       "never starts");
   }
   out.sampler_drop_last = l.boolean("sampler_drop_last").value_or(false);
   out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);

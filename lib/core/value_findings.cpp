@@ -104,7 +104,7 @@ std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const Tens
       }
       if (slot == Slot::Target && loss == LossType::Bce) {
         cuda = cuda_text::kBceTarget;
-        ev["pytorch_cpu_error"] = "none in LibTorch 1.13: BCELoss silently computes a wrong loss";
+        ev["pytorch_cpu_error"] = "all elements of target should be between 0 and 1 (torch 2.x; 1.13 silently computes a wrong loss)";
       }
     }
     out.push_back({prefix + "-out-of-range", stage, msg, ev, rg.bad_rows, rg.bad_rows_total, cuda});

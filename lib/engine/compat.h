@@ -21,4 +21,13 @@ class WarningSink : public c10::WarningHandler {
 #endif
 };
 
+// Installing the hook: c10::Warning::set_warning_handler in 1.13, c10::WarningUtils:: in 2.x.
+inline void set_warning_handler(c10::WarningHandler* handler) {
+#if TORCH_VERSION_MAJOR >= 2
+  c10::WarningUtils::set_warning_handler(handler);
+#else
+  c10::Warning::set_warning_handler(handler);
+#endif
+}
+
 }  // namespace batchcheck::compat

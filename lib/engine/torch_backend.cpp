@@ -381,7 +381,7 @@ class TorchBackend : public Backend {
     // A print() in the model's TorchScript goes to stderr: stdout holds only the report.
     torch::jit::setPrintHandler([](const std::string& s) { std::cerr << s << std::flush; });
     static ModelWarnings warnings;
-    c10::Warning::set_warning_handler(&warnings);
+    compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
     if (cfg.data.format == DataFormat::Npy) {

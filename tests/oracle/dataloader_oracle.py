@@ -98,7 +98,8 @@ def main():
             else:
                 ranks = batches_distributed(case["n"], case["b"], case["w"], case["drop_last"], case["shuffle"],
                                             case["seed"], case["epoch"], case["sampler_drop_last"])
-        except RuntimeError as e:  # PyTorch refuses the setup: batchcheck must refuse it too
+        # PyTorch refuses the setup (RuntimeError in 1.13, ValueError in 2.x): batchcheck must refuse it too.
+        except (RuntimeError, ValueError) as e:
             case["error"] = str(e).splitlines()[0]
             sys.stdout.write(json.dumps(case, separators=(",", ":")) + "\n")
             count += 1
