@@ -26,3 +26,13 @@ else()
   set(_bc_default_python /usr/bin/python3)
 endif()
 set(BATCHCHECK_PYTHON "${_bc_default_python}" CACHE FILEPATH "Python with the torch that matches the LibTorch linked (tests)")
+
+# A Python with torch 2.x for the tests that need models saved by today's torch (a transformer
+# through scaled_dot_product_attention, torch.export programs): the build's own Python where it
+# has torch 2.x, else (the libtorch-dev build) the venv scripts/setup.sh makes, when given.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2)
+  set(_bc_default_torch2_python "${BATCHCHECK_PYTHON}")
+else()
+  set(_bc_default_torch2_python "")
+endif()
+set(BATCHCHECK_TORCH2_PYTHON "${_bc_default_torch2_python}" CACHE FILEPATH "Python with torch 2.x (tests of models saved by torch 2.x)")

@@ -17,12 +17,18 @@ summary() {
   echo "tests: $((total - failed)) passed, $failed failed"
 }
 
+# Each skipped test's reason, one line each (ctest itself prints only "Skipped").
+skips() {
+  grep -h -A1 ': Skipped$' "$1/Testing/Temporary/LastTest.log" 2>/dev/null | grep -v -e ': Skipped$' -e '^--$' |
+    sort -u | sed 's/^/  skipped: /' >&2 || true
+}
 torch_line() { "$1" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch ?"; }
 source scripts/torch-env.sh
 
 echo "== build and test, default build: $(torch_line "$BC_PYTHON") (build/)" >&2
 scripts/build.sh -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2) | tee -a "$LOG"
+(cd "${BUILD_DIR:-$BC_BUILD_DIR}" && ctest --output-on-failure -j 2) | tee -a "$LOG"
+skips "${BUILD_DIR:-$BC_BUILD_DIR}"
 
 if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then
   summary
@@ -33,6 +39,7 @@ echo "== build and test, Debian's libtorch-dev: $(torch_line /usr/bin/python3) (
 BATCHCHECK_TORCH=debian scripts/setup.sh
 BATCHCHECK_TORCH=debian BUILD_DIR=build-debian scripts/build.sh -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON
 (cd build-debian && ctest --output-on-failure -j 2) | tee -a "$LOG"
+skips build-debian
 
 echo "== ASan + UBSan build and test, Debian's libtorch-dev (build-asan/)" >&2
 # Against Debian's LibTorch: no suppressions are needed there, so leaks and UB reports fail the run.

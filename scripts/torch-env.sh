@@ -28,6 +28,10 @@ fi
 bc_cmake_args() {
   if [[ $BC_TORCH == debian ]]; then
     BC_CMAKE_ARGS=(-DCMAKE_PREFIX_PATH=/usr -DBATCHCHECK_PYTHON=/usr/bin/python3)
+    # The venv's torch 2.x, where there is one, makes the archives a newer torch saves (tests).
+    if [[ -x "$BATCHCHECK_VENV/bin/python3" ]]; then
+      BC_CMAKE_ARGS+=("-DBATCHCHECK_TORCH2_PYTHON=$BATCHCHECK_VENV/bin/python3")
+    fi
     return
   fi
   local torch_dir

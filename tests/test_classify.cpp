@@ -12,6 +12,10 @@ TEST(Classify, ForwardErrors) {
   EXPECT_EQ(classify_forward_error("shape '[8, -1]' is invalid for input of size 12", 1, 8), "hardcoded-batch-size");
   EXPECT_EQ(classify_forward_error("shape '[8, -1]' is invalid for input of size 12", 8, 0), "forward-error")
       << "no smaller batch ever worked: not a baked-in batch size";
+  EXPECT_EQ(classify_forward_error("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", 8, 8),
+            "cuda-device-assert");  // before any shape rule: the context is gone
+  EXPECT_TRUE(is_device_assert("CUDA error: device-side assert triggered"));
+  EXPECT_FALSE(is_device_assert("CUDA error: out of memory"));
   EXPECT_EQ(classify_forward_error("index out of range in self", 4, 8), "forward-error");
   EXPECT_TRUE(is_dtype_mismatch_error("expected scalar type Double but found Float"));
   EXPECT_FALSE(is_dtype_mismatch_error("index out of range in self"));

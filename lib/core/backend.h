@@ -42,7 +42,7 @@ struct FrozenModeOps {
 
 struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
-  std::string kind;                            // "scripted" or "traced", when known
+  std::string format = "torchscript";          // "torchscript" or "pt2" (an AOTInductor package)
   FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
 };
 

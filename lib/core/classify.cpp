@@ -42,7 +42,10 @@ bool is_dtype_mismatch_error(const std::string& m) {
                           "should be the same", "must have the same dtype"});
 }
 
+bool is_device_assert(const std::string& m) { return contains(m, "device-side assert triggered"); }
+
 std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch) {
+  if (is_device_assert(message)) return "cuda-device-assert";
   if (contains(message, "Expected more than 1 value per channel when training")) return "batchnorm-single-value";
   if (largest_ok_batch > batch_size && is_shape_error(message)) return "hardcoded-batch-size";
   return "forward-error";

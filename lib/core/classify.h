@@ -23,6 +23,10 @@ bool is_shape_error(const std::string& message);
 // float64 inputs into float32 weights ("expected scalar type Double but found Float").
 bool is_dtype_mismatch_error(const std::string& message);
 
+// "CUDA error: device-side assert triggered": a kernel's assertion fired, and the CUDA
+// context is unusable for the rest of the process.
+bool is_device_assert(const std::string& message);
+
 // The device-side assert the same indexing fault fires on CUDA, or "".
 std::string cuda_equivalent_of_forward_error(const std::string& message);
 

@@ -48,9 +48,20 @@ std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) 
 }
 
 void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
-  m.reject_unknown({"path", "mode", "output"});
-  out.path = resolve(base, m.required_string("path"));
-  if (auto mode = m.choice("mode", {"train", "eval"})) out.mode = *mode == "train" ? Mode::Train : Mode::Eval;
+  m.reject_unknown({"path", "format", "mode", "output"});
+  const std::string path = m.required_string("path");
+  out.path = resolve(base, path);
+  if (auto format = m.choice("format", {"torchscript", "pt2"})) {
+    out.format = *format == "pt2" ? ModelFormat::Pt2 : ModelFormat::TorchScript;
+  } else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0) {
+    out.format = ModelFormat::Pt2;
+  }
+  auto mode = m.choice("mode", {"train", "eval"});
+  if (mode) out.mode = *mode == "train" ? Mode::Train : Mode::Eval;
+  if (out.format == ModelFormat::Pt2) {
+    if (mode == "train") m.fail("mode", std::string(kPt2NoTrain));
+    out.mode = Mode::Eval;
+  }
   if (const json* o = m.find("output")) {
     if (o->is_string()) {
       out.output = o->get<std::string>();
@@ -190,13 +201,16 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
   }
 }
 
-void parse_checks(const JsonObject& c, ChecksConfig& out) {
+void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& model) {
   c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
   if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
   out.max_batches = c.uint("max_batches").value_or(0);
   out.backward = c.boolean("backward");
+  if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {
+    c.fail("backward", "a .pt2 program (AOTInductor) has no autograd: backward runs only with a TorchScript archive");
+  }
 }
 
 }  // namespace
@@ -268,7 +282,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
   parse_data(top.object("data"), base_dir, cfg.data);
   parse_loader(top.object("loader"), cfg.loader);
   if (auto loss = top.optional_object("loss")) parse_loss(*loss, cfg.loss);
-  if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks);
+  if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks, cfg.model);
   if (auto device = top.string("device")) {
     if (!valid_device(*device)) {
       top.fail("device", "unknown device \"" + *device + "\" (expected cpu, cuda, cuda:N or auto)");

@@ -12,11 +12,18 @@ enum class Mode { Train, Eval };
 enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
 enum class Reduction { Mean, Sum, None };
 enum class DataFormat { Npy, Pt };
+// TorchScript (torch.jit.save) or a torch.export program compiled by AOTInductor (.pt2).
+enum class ModelFormat { TorchScript, Pt2 };
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
 // DistributedSampler (its own defaults: shuffle=True, seed=0).
 enum class SamplerKind { Sequential, Random, Distributed };
 
 const char* to_string(Mode m);
+
+// Why a .pt2 model cannot be scanned in train mode (config "mode" and --mode).
+inline constexpr const char* kPt2NoTrain =
+    "a .pt2 program runs as it was exported, without a train mode (BatchNorm and Dropout stay as they were at export): "
+    "remove \"mode\", or scan the TorchScript archive of the model for train-mode checks";
 const char* to_string(LossType t);
 const char* to_string(Reduction r);
 const char* to_string(DataFormat f);
@@ -30,7 +37,8 @@ struct Range {
 
 struct ModelConfig {
   std::string path;  // resolved against the config file's folder
-  Mode mode = Mode::Train;
+  ModelFormat format = ModelFormat::TorchScript;  // "format", else from the extension (.pt2)
+  Mode mode = Mode::Train;  // a .pt2 program runs as exported: eval, and train is refused
   // Which element of a tuple/list (index) or dict (key) is the prediction.
   std::optional<std::variant<int64_t, std::string>> output;
 };

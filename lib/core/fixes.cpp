@@ -233,6 +233,22 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "with torch.autograd.detect_anomaly(): loss.backward()",
                        "slow: for debugging only", {}});
     f.fixes.push_back(reproduce(f, c, true, true));
+  } else if (id == "export-shape-guard") {
+    const auto& guard = f.evidence.value("guard", nlohmann::ordered_json::object());
+    const int64_t dim = guard.value("dim", int64_t{0});
+    const std::string check = guard.value("check", std::string());
+    if (dim == 0 && (check == "min" || check == "max" || check == "size")) {
+      maybe_tail();
+      f.fixes.push_back({"re-export-dynamic-batch", "export again with a batch dimension that accepts every batch size",
+                         "ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim(\"batch\", min=1)},)); "
+                         "torch._inductor.aoti_compile_and_package(ep, package_path=path)",
+                         "code compiled for any batch size can be slower than code specialized for one", {}});
+    } else if (check == "size") {
+      f.fixes.push_back({"re-export-dynamic-dim",
+                         "export again with dimension " + std::to_string(dim) + " dynamic, or check that the data is the one the model was exported for",
+                         "dynamic_shapes=({" + std::to_string(dim) + ": torch.export.Dim(\"d" + std::to_string(dim) + "\")},)",
+                         "only when the model really accepts other sizes there", {}});
+    }
   } else if (id == "trace-mode-mismatch") {
     const bool want_train = c.mode == Mode::Train;
     f.fixes.push_back({"trace-in-scan-mode",

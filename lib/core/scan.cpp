@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/classify.h"
+#include "core/export_guard.h"
 #include "core/contract.h"
 #include "core/errors.h"
 #include "core/factor.h"
@@ -91,7 +92,7 @@ class Scanner {
   void run_probes(const DatasetInfo& data, ScanResult& result);
   void mode_findings();
   void finish_findings(const std::vector<uint64_t>& ranks);
-  bool stop_requested() const { return settings_.stop && settings_.stop->load() != 0; }
+  bool stop_requested() const { return device_lost_ || (settings_.stop && settings_.stop->load() != 0); }
   void progress(uint64_t done, uint64_t total, bool final = false);
 
   const Config& cfg_;
@@ -106,6 +107,8 @@ class Scanner {
   bool backward_ = false;
   uint64_t largest_ok_batch_ = 0;
   bool batch_has_error_ = false;
+  // A device-side assert leaves the CUDA context unusable: nothing after it can run.
+  bool device_lost_ = false;
   ModelInfo model_;
   std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
   std::unique_ptr<PendingPost> pending_;
@@ -192,7 +195,8 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
   // before this batch's own post stage, so every id sees its batches in order.
   collect_pending();
   if (!fwd.ok) {
-    std::string id = classify_forward_error(fwd.error, ctx.size, largest_ok_batch_);
+    const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
+    std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, ctx.size, largest_ok_batch_);
     nlohmann::ordered_json ev = {{"error", fwd.error}};
     if (!fwd.location.empty()) ev["location"] = fwd.location;
     if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
@@ -209,6 +213,18 @@ void Scanner::check_batch(const BatchContext& ctx, const std::vector<int64_t>* n
       ev["input_dtype"] = in.dtype;
       msg = "the inputs are float64 but the model computes in float32; forward raised on a batch of " +
             plural(ctx.size, "sample") + ": " + fwd.error;
+    } else if (guard) {
+      static const char* kinds[] = {"min", "max", "size", "stride", "dtype", "device"};
+      ev["guard"] = {{"input", guard->input}, {"dim", guard->dim}, {"check", kinds[static_cast<int>(guard->kind)]},
+                     {"expected", guard->expected}, {"got", guard->got}};
+      // AOTInductor skips these checks unless AOTI_RUNTIME_CHECK_INPUTS is set (batchcheck sets it).
+      msg = describe_export_guard(*guard, ctx.size) +
+            "; in training, AOTInductor runs its compiled code on this batch unchecked (the checks run only with "
+            "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
+    } else if (id == "cuda-device-assert") {
+      device_lost_ = true;
+      msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error +
+            "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
     } else if (id == "batchnorm-single-value") {
       msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(ctx.size, "sample") + ": " + fwd.error;
     } else if (id == "hardcoded-batch-size") {
@@ -308,8 +324,10 @@ void Scanner::run_backward(const BatchContext& ctx) {
     nlohmann::ordered_json ev = {{"error", b.error}};
     if (!b.location.empty()) ev["location"] = b.location;
     if (!b.traceback.empty()) ev["traceback"] = b.traceback;
-    record(ctx, "backward-error", "backward",
-           "loss.backward() raised on a batch of " + plural(ctx.size, "sample") + " (forward and loss succeeded): " + b.error,
+    if (is_device_assert(b.error)) device_lost_ = true;
+    record(ctx, device_lost_ ? "cuda-device-assert" : "backward-error", "backward",
+           "loss.backward() raised on a batch of " + plural(ctx.size, "sample") + " (forward and loss succeeded): " + b.error +
+               (device_lost_ ? "; the device is unusable after it, so the scan stopped here" : ""),
            ev, all_rows(ctx.size), ctx.size);
     return;
   }
@@ -646,7 +664,11 @@ ScanResult Scanner::run(const OrderFn& order) {
     notes.push_back("shuffle without a seed: PyTorch draws a random seed each run, so the order is not reproducible; "
                     "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
   }
-  if (!result.complete) notes.push_back("the scan was interrupted: the report covers only the batches checked");
+  if (device_lost_) {
+    notes.push_back("a CUDA device-side assert stopped the scan: the report covers the batches up to it");
+  } else if (!result.complete) {
+    notes.push_back("the scan was interrupted: the report covers only the batches checked");
+  }
   if (settings_.edges) notes.push_back("--edges: only the first and last batch of each rank and the probes were checked");
   if (cfg_.checks.max_batches && !settings_.edges && cfg_.checks.max_batches < g.batches_per_rank) {
     notes.push_back("max_batches: only the first " + std::to_string(cfg_.checks.max_batches) + " batches of each rank were checked");

@@ -31,3 +31,11 @@ inline void set_warning_handler(c10::WarningHandler* handler) {
 }
 
 }  // namespace batchcheck::compat
+
+// AOTInductor packages (.pt2) load through torch::inductor::AOTIModelPackageLoader, which
+// LibTorch ships from 2.6 on; older builds refuse .pt2 models with a clear message.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#define BATCHCHECK_HAS_AOTI 1
+#else
+#define BATCHCHECK_HAS_AOTI 0
+#endif

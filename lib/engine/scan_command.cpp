@@ -134,7 +134,10 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
     }
     cfg.device = *cmd.device;
   }
-  if (cmd.mode) cfg.model.mode = *cmd.mode;
+  if (cmd.mode) {
+    if (cfg.model.format == ModelFormat::Pt2 && *cmd.mode == Mode::Train) throw InputError("", "--mode train", kPt2NoTrain);
+    cfg.model.mode = *cmd.mode;
+  }
   if (cmd.max_batches) cfg.checks.max_batches = *cmd.max_batches;
   if (cmd.no_backward) cfg.checks.backward = false;
 

@@ -18,6 +18,9 @@ struct BackendOptions {
   std::optional<uint64_t> threads;
 };
 
+// Whether this LibTorch has CUDA and sees a GPU (the CUDA tests skip without one).
+bool cuda_device_visible();
+
 // Loads the model and opens the data. Throws InputError for unusable files.
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options);
 

@@ -1,0 +1,37 @@
+#pragma once
+// The model behind the backend: a TorchScript archive (torch.jit.save) or a torch.export
+// program compiled by AOTInductor (.pt2). The backend feeds batches and reads outputs; what
+// differs between the two formats (train mode, autograd, BatchNorm state) stays behind this.
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/config.h"
+
+namespace batchcheck {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // Throws what the model raises (the backend turns it into a finding).
+  virtual c10::IValue forward(const at::Tensor& input) = 0;
+  virtual const ModelInfo& info() const = 0;
+  // (qualified name, parameter) for the gradient check; empty without autograd.
+  virtual const std::vector<std::pair<std::string, at::Tensor>>& parameters() const = 0;
+  // The model as in the file again (buffers such as BatchNorm's running statistics).
+  virtual void reset() = 0;
+  // BatchNorm modules whose running statistics are no longer finite.
+  virtual std::vector<std::string> nonfinite_batchnorm_stats() = 0;
+};
+
+// Both throw InputError for a file that is not a loadable model of their format.
+std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device);
+std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device);
+
+}  // namespace batchcheck

@@ -1,0 +1,41 @@
+#pragma once
+// Small LibTorch helpers shared by the engine's translation units (data sources, model
+// runners, the backend). Engine-internal: nothing outside lib/engine includes this.
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <exception>
+#include <string>
+
+#include "core/backend.h"
+#include "core/error_text.h"
+#include "core/npy.h"
+
+namespace batchcheck {
+
+std::string dtype_name(at::ScalarType t);
+at::ScalarType torch_dtype(NpyDtype d);
+TensorMeta meta_of(const at::Tensor& t, bool drop_first = false);
+
+// What an IValue is, in Python's words (never LibTorch's GenericDict/GenericList).
+std::string describe(const c10::IValue& v);
+
+std::string read_all(const std::string& path);
+
+// A model file that exists is a regular, readable, non-empty file (InputError otherwise);
+// `what` names the expected kind in the message.
+void require_model_file(const std::string& path, const char* what);
+
+// An exception's text without LibTorch's C++ backtrace.
+std::string exception_message(const std::exception& e);
+
+// A failed forward or backward: the message, TorchScript's source location and traceback.
+template <class Result>
+void fill_error(Result& r, const std::exception& e) {
+  ErrorText t = parse_error_text(exception_message(e));
+  r.error = t.message;
+  r.location = t.location;
+  r.traceback = t.traceback;
+}
+
+}  // namespace batchcheck

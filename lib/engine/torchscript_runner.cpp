@@ -1,0 +1,154 @@
+// TorchScript archives (torch.jit.save of a scripted or traced module): train/eval, autograd,
+// BatchNorm state. The only translation unit that compiles against torch::jit.
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <regex>
+
+#include "core/errors.h"
+#include "core/file_kind.h"
+#include "core/text.h"
+#include "engine/model_runner.h"
+#include "engine/torch_util.h"
+
+namespace batchcheck {
+
+namespace {
+
+// An archive saved by a newer torch names operators this LibTorch lacks: say which, and what to do.
+std::string newer_operator_message(const std::string& load_error) {
+  static const std::regex unknown(R"(Unknown builtin op: ([A-Za-z0-9_:.]+?)\.?(\s|$))");
+  std::smatch m;
+  if (!std::regex_search(load_error, m, unknown)) return "";
+  return "the archive uses the operator " + m[1].str() + ", which the LibTorch this batchcheck links (" TORCH_VERSION
+         ") does not have: it was saved by a newer torch; build batchcheck against the torch you train with "
+         "(the default build, or BATCHCHECK_PYTHON=/path/to/your/python scripts/build.sh; see the README)";
+}
+
+class TorchScriptRunner : public ModelRunner {
+ public:
+  TorchScriptRunner(const ModelConfig& model, const c10::Device& device) : path_(model.path) {
+    require_model_file(path_, "a TorchScript file (torch.jit.save)");
+    load(device, model.mode);
+    auto method = module_.find_method("forward");
+    if (!method) throw InputError(path_, "", "the TorchScript module has no forward method");
+    const auto& args = method->function().getSchema().arguments();
+    std::size_t required = 0;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (!args[i].default_value()) ++required;
+    }
+    if (required != 1) {
+      std::vector<std::string> names;
+      for (std::size_t i = 1; i < args.size(); ++i) names.push_back(args[i].name());
+      throw InputError(path_, "forward", "takes " + std::to_string(required) + " required inputs (" + join(names) +
+                                             "); batchcheck feeds exactly one input tensor");
+    }
+    find_frozen_mode_ops(*method);
+  }
+
+  c10::IValue forward(const at::Tensor& input) override { return module_.forward({input}); }
+  const ModelInfo& info() const override { return info_; }
+  const std::vector<std::pair<std::string, at::Tensor>>& parameters() const override { return params_; }
+
+  // Parameters never change (no optimizer step): restoring the buffers (running statistics,
+  // num_batches_tracked) as they were in the file gives the model as loaded, without a reload.
+  void reset() override {
+    at::NoGradGuard no_grad;
+    for (auto& [buffer, saved] : saved_buffers_) buffer.copy_(saved);
+  }
+
+  std::vector<std::string> nonfinite_batchnorm_stats() override {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < batchnorm_.size(); ++i) {
+      for (const char* attr : {"running_mean", "running_var"}) {
+        if (!batchnorm_[i].hasattr(attr)) continue;
+        c10::IValue v = batchnorm_[i].attr(attr);
+        if (v.isTensor() && v.toTensor().defined() && !at::isfinite(v.toTensor()).all().item<bool>()) {
+          out.push_back(info_.batchnorm_modules[i]);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  void load(const c10::Device& device, Mode mode) {
+    try {
+      module_ = torch::jit::load(path_, device);
+    } catch (const std::exception& e) {
+      std::string hint = model_file_hint(classify_torch_file(read_all(path_)));
+      if (!hint.empty()) throw InputError(path_, "", hint);
+      const std::string full = parse_error_text(exception_message(e)).message;
+      std::string newer = newer_operator_message(full);
+      if (!newer.empty()) throw InputError(path_, "", newer);
+      std::string msg = single_line(full);
+      if (msg.size() > 240) msg = msg.substr(0, 240) + "...";
+      throw InputError(path_, "", "not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): " + msg);
+    }
+    module_.train(mode == Mode::Train);
+    info_.format = "torchscript";
+    // Named once: listing a TorchScript module's parameters builds their names each time.
+    for (const auto& p : module_.named_parameters(true)) params_.emplace_back(p.name, p.value);
+    for (const auto& b : module_.named_buffers(true)) {
+      if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
+    }
+    for (const auto& m : module_.named_modules()) {
+      auto type = m.value.type()->name();
+      if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {
+        info_.batchnorm_modules.push_back(m.name.empty() ? "<root>" : m.name);
+        batchnorm_.push_back(m.value);
+      }
+    }
+  }
+
+  // Training-mode flags that tracing turned into constants: aten::batch_norm's `training`
+  // and aten::dropout's `train` are graph inputs in a scripted module (self.training), but
+  // literals in a traced one.
+  void find_frozen_mode_ops(const torch::jit::Method& method) {
+    std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(method.function()).graph()->copy();
+    torch::jit::Inline(*graph);
+    std::vector<torch::jit::Block*> blocks{graph->block()};
+    while (!blocks.empty()) {
+      torch::jit::Block* block = blocks.back();
+      blocks.pop_back();
+      for (torch::jit::Node* node : block->nodes()) {
+        for (torch::jit::Block* b : node->blocks()) blocks.push_back(b);
+        const std::string kind = node->kind().toQualString();
+        std::size_t arg = 0;
+        bool is_bn = false;
+        if (kind == "aten::batch_norm") {
+          arg = 5;
+          is_bn = true;
+        } else if (kind == "aten::dropout" || kind == "aten::feature_dropout" || kind == "aten::alpha_dropout" ||
+                   kind == "aten::feature_alpha_dropout") {
+          arg = 2;
+        } else {
+          continue;
+        }
+        if (node->inputs().size() <= arg) continue;
+        c10::optional<c10::IValue> flag = torch::jit::toIValue(node->input(arg));
+        if (!flag || !flag->isBool()) continue;  // computed from self.training: follows model.train()
+        FrozenModeOps& ops = flag->toBool() ? info_.frozen_train : info_.frozen_eval;
+        ++(is_bn ? ops.batch_norm : ops.dropout);
+      }
+    }
+  }
+
+  std::string path_;
+  torch::jit::Module module_;
+  ModelInfo info_;
+  std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device) {
+  return std::make_unique<TorchScriptRunner>(model, device);
+}
+
+}  // namespace batchcheck

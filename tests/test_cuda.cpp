@@ -1,0 +1,54 @@
+// The CUDA path end to end: the seed's cases scanned on the GPU find what the CPU scan finds,
+// at the same batches and samples, and the scan itself never runs into the device-side
+// assert (the value checks run before the loss kernel). Skipped, with a line saying so, where
+// no GPU is visible; scripts/gpu-check.sh adds the real loop's device-side assert on a GPU.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "engine/torch_backend.h"
+#include "test_helpers.h"
+
+using namespace batchcheck;
+using Json = nlohmann::json;
+
+namespace {
+
+Json error_rows(const Json& report) {
+  Json rows = Json::array();
+  for (const auto& f : report["findings"]) {
+    if (f["severity"] == "error" && f.value("probe", Json()).is_null()) {
+      rows.push_back({f["id"], f["rank"], f["batch"], f["samples"]});
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(Cuda, SeedCasesFindTheSameBatchesOnTheDevice) {
+  if (!cuda_device_visible()) {
+    GTEST_SKIP() << "no CUDA device visible (this LibTorch has no CUDA, or no GPU): the CUDA end-to-end tests run "
+                    "where one is (scripts/gpu-check.sh)";
+  }
+  test_util::TempDir dir("cuda");
+  for (const std::string name : {"segmentation_tail", "classification_label255"}) {
+    const std::string cfg = BATCHCHECK_SOURCE_DIR "/sample_configs/" + name + ".json";
+    Json reports[2];
+    const char* devices[2] = {"cpu", "cuda"};
+    for (int d = 0; d < 2; ++d) {
+      const std::string path = dir.file(name + "." + devices[d] + ".json");
+      std::ostringstream out, err;
+      ASSERT_EQ(run_cli({"scan", cfg, "--device", devices[d], "-q", "-o", path}, out, err), 1) << name << ": " << err.str();
+      std::ifstream in(path);
+      reports[d] = Json::parse(in);
+    }
+    EXPECT_EQ(reports[1]["device"], "cuda:0");
+    EXPECT_TRUE(reports[1]["complete"].get<bool>()) << "the scan ran into a device-side assert";
+    EXPECT_EQ(error_rows(reports[0]), error_rows(reports[1])) << name;
+    EXPECT_FALSE(error_rows(reports[1]).empty()) << name;
+  }
+}
