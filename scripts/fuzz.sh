@@ -12,7 +12,7 @@ fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DBATCHCHECK_FUZZ=ON -DBATCHCHECK_WERROR=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}"
-for target in config npy file_kind; do
+for target in config npy file_kind pickle_check; do
   # Work on a copy: the corpus in the repository stays the small, reviewed seed set.
   work="$BUILD_DIR/corpus-$target"
   rm -rf "$work" && mkdir -p "$work" && cp tests/fuzz/corpus/$target/* "$work/"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 
+#include "pickle_bytes.h"
 #include "workspace.h"
 
 using namespace batchcheck;
@@ -88,8 +89,29 @@ std::vector<BadInput> catalogue() {
       write_text(w.file("cfg.json"), replace(kGood, R"("data": {"inputs": "x.npy", "targets": "y.npy"})", R"("data": {"path": "d.pt"})"));
     });
   };
+  // A hand-made torch.save archive (tests/pickle_bytes.h) as the data file.
+  auto pt_bytes = [on_valid](std::string bytes) {
+    return on_valid([bytes](Workspace& w) {
+      write_text(w.file("d.pt"), bytes);
+      write_text(w.file("cfg.json"), replace(kGood, R"("data": {"inputs": "x.npy", "targets": "y.npy"})", R"("data": {"path": "d.pt"})"));
+    });
+  };
+  std::string nested = kProto;
+  for (int i = 0; i < 1000; ++i) nested += "(";
+  for (int i = 0; i < 1000; ++i) nested += "l";
   const std::string e = "batchcheck: error: ";
   return {
+      {"pt: REDUCE on an empty stack", pt_bytes(archive(kProto + "R.")), 2,
+       e + "d.pt: not a usable torch.save file: its pickle is malformed: REDUCE on an empty stack (byte 2 of data.pkl)"},
+      {"pt: 1000 nested lists", pt_bytes(archive(nested + ".")), 2,
+       e + "d.pt: not a usable torch.save file: its containers nest more than 100 levels deep (a data file holds tensors in a "
+           "dict, tuple or list) (byte 1102 of data.pkl)"},
+      {"pt: a view past its storage", pt_bytes(archive(kProto + "}(" + str("inputs") + tensor(16, {8, 3}, {3, 1}) + "u.")), 2,
+       e + "d.pt: not a usable torch.save file: a tensor's shape reaches element 23 of its storage 0, which holds 16 (the file "
+           "is corrupt)"},
+      {"pt: storage numel lie", pt_bytes(archive(kProto + "}(" + str("inputs") + tensor(64, {8, 3}, {3, 1}) + "u.", 96)), 2,
+       e + "d.pt: not a usable torch.save file: its storage 0 claims 64 elements but holds 96 bytes (the file is truncated or "
+           "corrupt)"},
       // --- config ---
       {"empty config", cfg(""), 2, e + "cfg.json: 1:1: the file is empty; expected a JSON object"},
       {"not JSON", cfg("model: unet.pt\n"), 2, e + "cfg.json: 1:1: syntax error while parsing value - invalid literal; last read: 'm'"},
@@ -208,9 +230,18 @@ std::vector<BadInput> catalogue() {
        "batchcheck: error: --fail-on: unknown level \"warnings\"; did you mean \"warning\"? (expected error, warning, info or never)"},
       {"report folder missing", on_valid([](Workspace&) {}, {"-o", "/nonexistent/dir/r.json"}), 2,
        "batchcheck: error: /nonexistent/dir/r.json: cannot write the report: the folder /nonexistent/dir does not exist"},
-      {"cuda requested without CUDA", on_valid([](Workspace&) {}, {"--device", "cuda"}), 2,
-       "batchcheck: error: device: \"cuda\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no "
-       "GPU is visible); use --device cpu"},
+      {"cuda requested without CUDA", on_valid([](Workspace&) {}, {"--device", "cuda:7"}), 2,
+       "PREFIX:batchcheck: error: --device: \"cuda:7\" "},
+      {"config's cuda:7 without it", on_valid([](Workspace& w) {
+         write_text(w.file("cfg.json"), replace(kGood, "\"loss\"", "\"device\": \"cuda:7\", \"loss\""));
+       }),
+       2, "PREFIX:" + e + "cfg.json: device: \"cuda:7\" "},
+      {"sparse output", on_valid([](Workspace& w) { w.model("def forward(self, x):\n    return x.sum(1, keepdim=True).to_sparse()\n"); }), 2,
+       e + "m.pt: output: the model returns a sparse tensor; the losses batchcheck checks need a dense tensor of real numbers: "
+           "return out.to_dense()"},
+      {"meta output", on_valid([](Workspace& w) { w.model("def forward(self, x):\n    return x.sum(1, keepdim=True).to('meta')\n"); }), 2,
+       e + "m.pt: output: the model returns a meta tensor (shape only, no data); the losses batchcheck checks need a dense "
+           "tensor of real numbers: compute the prediction on a real device"},
       {"bad --device", on_valid([](Workspace&) {}, {"--device", "gpu0"}), 2,
        "batchcheck: error: --device: unknown device \"gpu0\" (expected cpu, cuda, cuda:N or auto)"},
       // --- not bad input: a model that raises is a finding ---

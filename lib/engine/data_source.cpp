@@ -12,6 +12,7 @@
 #include "core/file_kind.h"
 #include "core/files.h"
 #include "core/npy.h"
+#include "core/pickle_check.h"
 #include "core/text.h"
 #include "engine/torch_util.h"
 
@@ -67,6 +68,13 @@ class PtSource : public DataSource {
     std::ifstream in(d.path, std::ios::binary);
     if (!in) throw InputError(display_, "", "cannot read: " + std::string(std::strerror(errno)));
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // LibTorch's unpickler trusts the file: a malformed pickle or a tensor reaching past its
+    // storage crashes it or reads heap bytes. Checked here first, with bounds.
+    const std::string_view view(bytes.data(), bytes.size());
+    if (std::string problem = check_torch_save(view); !problem.empty()) {
+      std::string hint = problem.rfind("it holds a Python object", 0) == 0 ? data_file_hint(classify_torch_file(view)) : "";
+      throw InputError(display_, "", hint.empty() ? "not a usable torch.save file: " + problem : hint);
+    }
     c10::IValue v;
     try {
       v = torch::pickle_load(bytes);

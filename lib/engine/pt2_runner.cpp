@@ -24,6 +24,8 @@ namespace batchcheck {
 
 namespace {
 
+#if BATCHCHECK_HAS_AOTI
+
 // A zip's central directory (at its end) names every entry: enough to tell an AOTInductor
 // package from an uncompiled ExportedProgram or a TorchScript archive without unpacking.
 struct Pt2Contents {
@@ -66,8 +68,6 @@ void refuse_unless_aoti(const std::string& path) {
   throw InputError(path, "", "a zip archive with no AOTInductor model in it (expected data/aotinductor/ entries written by "
                              "torch._inductor.aoti_compile_and_package)");
 }
-
-#if BATCHCHECK_HAS_AOTI
 
 // A compiled program also prints each failed input check to stderr ("Error: ..."); the
 // exception carries the same text, which the finding reports. Silenced for the run only.

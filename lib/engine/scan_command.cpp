@@ -143,6 +143,11 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
 
   BackendOptions bo;
   bo.device = cfg.device;
+  if (cmd.device) {
+    bo.device_where = "--device";
+  } else {
+    bo.device_file = cfg.file;
+  }
   bo.mode = cfg.model.mode;
   bo.sync = cfg.sync;
   bo.backward = backward_enabled(cfg);

@@ -4,6 +4,7 @@
 #include <ostream>
 #include <string>
 
+#include "core/error_text.h"
 #include "core/errors.h"
 #include "engine/scan_command.h"
 #include "engine/scan_module.h"
@@ -20,7 +21,8 @@ extern "C" __attribute__((visibility("default"))) int batchcheck_scan_v1(const b
     result->what = e.detail();
     return batchcheck::kScanModuleInputError;
   } catch (const std::exception& e) {
-    result->what = e.what();
+    // LibTorch's errors carry a C++ backtrace: the user sees the message only.
+    result->what = batchcheck::parse_error_text(e.what()).message;
     return batchcheck::kScanModuleInternalError;
   }
 }

@@ -200,6 +200,7 @@ class TorchBackend : public Backend {
       at::AutoGradMode grad(opt_.backward);
       c10::IValue out = model_->forward(input_);
       output_ = select_output(out);
+      require_dense(output_);
       synchronize();
       r.ok = true;
     } catch (const InputError&) {
@@ -262,11 +263,11 @@ class TorchBackend : public Backend {
     if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
     if (d.rfind("cuda", 0) == 0) {
       if (!torch::cuda::is_available()) {
-        throw InputError("", "device", "\"" + opt_.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
+        throw InputError(opt_.device_file, opt_.device_where, "\"" + opt_.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
       }
       c10::Device dev(d);
       if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count())) {
-        throw InputError("", "device", "\"" + d + "\" does not exist: " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");
+        throw InputError(opt_.device_file, opt_.device_where, "\"" + d + "\" does not exist: " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");
       }
       device_ = dev.has_index() ? dev : c10::Device(c10::kCUDA, 0);
     } else {
@@ -358,6 +359,30 @@ class TorchBackend : public Backend {
     }
     if (!picked.isTensor()) throw InputError(cfg_.file, where, "selects " + describe(picked) + ", not a tensor");
     return picked.toTensor();
+  }
+
+  // Losses and the value checks read a dense, strided tensor of real numbers with data.
+  void require_dense(const at::Tensor& t) const {
+    std::string what, fix;
+    if (t.is_meta()) {
+      what = "a meta tensor (shape only, no data)";
+      fix = "compute the prediction on a real device";
+    } else if (t.is_quantized()) {
+      what = "a quantized tensor (" + dtype_name(t.scalar_type()) + ")";
+      fix = "return out.dequantize()";
+    } else if (t.layout() == at::kMkldnn) {
+      what = "an mkldnn tensor";
+      fix = "return out.to_dense()";
+    } else if (t.layout() != at::kStrided) {
+      what = "a sparse tensor";
+      fix = "return out.to_dense()";
+    } else if (t.is_complex()) {
+      what = "a complex tensor (" + dtype_name(t.scalar_type()) + ")";
+      fix = "return a real prediction (e.g. out.abs() or torch.view_as_real(out))";
+    } else {
+      return;
+    }
+    throw InputError(cfg_.model.path, "output", "the model returns " + what + "; the losses batchcheck checks need a dense tensor of real numbers: " + fix);
   }
 
   // A batch read ahead: its tensors, and the finiteness check of its inputs.

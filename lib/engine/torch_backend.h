@@ -12,6 +12,8 @@ namespace batchcheck {
 
 struct BackendOptions {
   std::string device = "cpu";  // cpu, cuda, cuda:N, auto
+  // Where the device was named, for errors: ("", "--device") or (config file, "device").
+  std::string device_file, device_where = "device";
   Mode mode = Mode::Train;
   bool sync = true;
   bool backward = false;  // forward with autograd, then loss.backward() per batch
