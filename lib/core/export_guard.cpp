@@ -1,47 +1,61 @@
 #include "core/export_guard.h"
 
-#include <cstdlib>
-#include <regex>
+#include <algorithm>
+#include <cstdint>
+#include <string>
 
 namespace batchcheck {
 
 namespace {
 
-int64_t to_int(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
+// The integer after `marker` (searched from `pos`), and `pos` moved past it.
+bool int_after(const std::string& s, std::size_t& pos, const char* marker, int64_t& out) {
+  const std::size_t at = s.find(marker, pos);
+  if (at == std::string::npos) return false;
+  std::size_t p = at + std::char_traits<char>::length(marker);
+  const bool negative = p < s.size() && s[p] == '-';
+  if (negative) ++p;
+  if (p >= s.size() || s[p] < '0' || s[p] > '9') return false;
+  uint64_t v = 0;
+  for (; p < s.size() && s[p] >= '0' && s[p] <= '9'; ++p) {
+    v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + static_cast<uint64_t>(s[p] - '0');
+  }
+  const uint64_t cap = static_cast<uint64_t>(INT64_MAX);
+  out = negative ? -static_cast<int64_t>(std::min(v, cap)) : static_cast<int64_t>(std::min(v, cap));
+  pos = p;
+  return true;
+}
+
+bool starts(const std::string& s, std::size_t at, const char* prefix) { return s.compare(at, std::char_traits<char>::length(prefix), prefix) == 0; }
 
 }  // namespace
 
 std::optional<ExportGuard> parse_export_guard(const std::string& message) {
   // The texts of torch/_inductor/codegen/cpp_wrapper_cpu.py (AOTInductor's input checks).
-  static const std::regex head(R"(input_handles\[(\d+)\]: )");
-  static const std::regex bound(R"(dim value is too (small|large) at (\d+), expected (?:it )?to be (>=|<=) (-?\d+), but got: (-?\d+))");
-  static const std::regex exact(R"(unmatched (dim|stride) value at (\d+), expected: (-?\d+), but got: (-?\d+))");
-  static const std::regex kind_only(R"(unmatched (dtype|device type), expected: (-?\d+).*but got: (-?\d+))");
-  std::smatch h;
-  if (!std::regex_search(message, h, head)) return std::nullopt;
   ExportGuard g;
-  g.input = to_int(h[1]);
-  const std::string rest = h.suffix();
-  std::smatch m;
-  if (std::regex_search(rest, m, bound)) {
-    g.kind = m[1] == "small" ? ExportGuard::Kind::TooSmall : ExportGuard::Kind::TooLarge;
-    g.dim = to_int(m[2]);
-    g.expected = to_int(m[4]);
-    g.got = to_int(m[5]);
-    return g;
+  std::size_t p = 0;
+  if (!int_after(message, p, "input_handles[", g.input) || !starts(message, p, "]: ")) return std::nullopt;
+  p += 3;
+  if (starts(message, p, "dim value is too small at ") || starts(message, p, "dim value is too large at ")) {
+    const bool small = starts(message, p, "dim value is too small");
+    g.kind = small ? ExportGuard::Kind::TooSmall : ExportGuard::Kind::TooLarge;
+    if (int_after(message, p, " at ", g.dim) && int_after(message, p, small ? ">= " : "<= ", g.expected) &&
+        int_after(message, p, "but got: ", g.got)) {
+      return g;
+    }
+    return std::nullopt;
   }
-  if (std::regex_search(rest, m, exact)) {
-    g.kind = m[1] == "dim" ? ExportGuard::Kind::Size : ExportGuard::Kind::Stride;
-    g.dim = to_int(m[2]);
-    g.expected = to_int(m[3]);
-    g.got = to_int(m[4]);
-    return g;
+  if (starts(message, p, "unmatched dim value at ") || starts(message, p, "unmatched stride value at ")) {
+    g.kind = starts(message, p, "unmatched dim") ? ExportGuard::Kind::Size : ExportGuard::Kind::Stride;
+    if (int_after(message, p, " at ", g.dim) && int_after(message, p, "expected: ", g.expected) &&
+        int_after(message, p, "but got: ", g.got)) {
+      return g;
+    }
+    return std::nullopt;
   }
-  if (std::regex_search(rest, m, kind_only)) {
-    g.kind = m[1] == "dtype" ? ExportGuard::Kind::Dtype : ExportGuard::Kind::Device;
-    g.expected = to_int(m[2]);
-    g.got = to_int(m[3]);
-    return g;
+  if (starts(message, p, "unmatched dtype, ") || starts(message, p, "unmatched device type, ")) {
+    g.kind = starts(message, p, "unmatched dtype") ? ExportGuard::Kind::Dtype : ExportGuard::Kind::Device;
+    if (int_after(message, p, "expected: ", g.expected) && int_after(message, p, "but got: ", g.got)) return g;
   }
   return std::nullopt;
 }

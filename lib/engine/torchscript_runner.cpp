@@ -5,7 +5,7 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
-#include <regex>
+#include <cctype>
 
 #include "core/errors.h"
 #include "core/file_kind.h"
@@ -19,10 +19,18 @@ namespace {
 
 // An archive saved by a newer torch names operators this LibTorch lacks: say which, and what to do.
 std::string newer_operator_message(const std::string& load_error) {
-  static const std::regex unknown(R"(Unknown builtin op: ([A-Za-z0-9_:.]+?)\.?(\s|$))");
-  std::smatch m;
-  if (!std::regex_search(load_error, m, unknown)) return "";
-  return "the archive uses the operator " + m[1].str() + ", which the LibTorch this batchcheck links (" TORCH_VERSION
+  const std::string marker = "Unknown builtin op: ";
+  const std::size_t at = load_error.find(marker);
+  if (at == std::string::npos) return "";
+  std::string op;
+  for (std::size_t p = at + marker.size(); p < load_error.size(); ++p) {
+    const char c = load_error[p];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ':' && c != '.') break;
+    op += c;
+  }
+  while (!op.empty() && op.back() == '.') op.pop_back();  // the sentence's full stop
+  if (op.empty()) return "";
+  return "the archive uses the operator " + op + ", which the LibTorch this batchcheck links (" TORCH_VERSION
          ") does not have: it was saved by a newer torch; build batchcheck against the torch you train with "
          "(the default build, or BATCHCHECK_PYTHON=/path/to/your/python scripts/build.sh; see the README)";
 }
