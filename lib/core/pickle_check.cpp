@@ -18,8 +18,9 @@ uint64_t le(std::string_view s, std::size_t at, int bytes) {
 }
 
 struct Member {
+  uint64_t offset = 0;  // where its bytes start in the file
   uint64_t size = 0;
-  bool stored = true;  // method 0: not compressed
+  bool stored = true;   // method 0: not compressed
 };
 
 // The zip's members by name, from its central directory; nullopt (with `problem`) when the
@@ -80,25 +81,11 @@ std::optional<std::map<std::string, Member>> zip_members(std::string_view z, std
     if (local > z.size() || z.size() - local < 30 || z.compare(local, 4, "PK\x03\x04") != 0) return std::nullopt;
     const uint64_t data = local + 30 + le(z, local + 26, 2) + le(z, local + 28, 2);
     if (method == 0 && (data > z.size() || size > z.size() - data)) return std::nullopt;
-    out[name] = {size, method == 0};
+    out[name] = {data, size, method == 0};
     p += 46 + name_len + extra_len + comment_len;
   }
   problem.clear();
   return out;
-}
-
-// The bytes of a stored member.
-std::string_view member_bytes(std::string_view z, const std::string& name) {
-  std::size_t p = 0;
-  while ((p = z.find("PK\x03\x04", p)) != std::string_view::npos && z.size() - p >= 30) {
-    const std::size_t n = le(z, p + 26, 2), x = le(z, p + 28, 2);
-    if (z.size() - p - 30 >= n && z.substr(p + 30, n) == name) {
-      const std::size_t data = p + 30 + n + x;
-      return data <= z.size() ? z.substr(data) : std::string_view();
-    }
-    p += 4;
-  }
-  return {};
 }
 
 uint64_t storage_element_size(const std::string& type) {
@@ -457,9 +444,9 @@ std::string check_torch_save(std::string_view bytes) {
   if (pkl_name.empty() || members->count(pkl_name.substr(0, pkl_name.size() - 8) + "constants.pkl")) return "";
   const Member& pm = members->at(pkl_name);
   if (!pm.stored) return "its data.pkl is compressed (torch.save stores members uncompressed)";
-  std::string_view pkl = member_bytes(bytes, pkl_name);
-  if (pkl.size() < pm.size) return "its data.pkl is truncated";
-  std::string problem_line = Machine(pkl.substr(0, pm.size), pkl_name.substr(0, pkl_name.size() - 8), *members).run();
+  // zip_members checked that a stored member's bytes lie in the file.
+  std::string_view pkl = bytes.substr(pm.offset, pm.size);
+  std::string problem_line = Machine(pkl, pkl_name.substr(0, pkl_name.size() - 8), *members).run();
   // Names from the file (class names, storage keys) may hold control characters: one line.
   for (char& c : problem_line) {
     if (static_cast<unsigned char>(c) < 0x20) c = '?';

@@ -79,7 +79,7 @@ class PtSource : public DataSource {
     try {
       v = torch::pickle_load(bytes);
     } catch (const std::exception& e) {
-      std::string hint = data_file_hint(classify_torch_file(std::string_view(bytes.data(), bytes.size())));
+      std::string hint = data_file_hint(classify_torch_file(view));
       if (!hint.empty()) throw InputError(display_, "", hint);
       throw InputError(display_, "", "not a file written by torch.save (" + single_line(exception_message(e)).substr(0, 200) + ")");
     }
