@@ -1,0 +1,346 @@
+#include "core/aggregate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/findings.h"
+#include "core/fixes.h"
+#include "core/suggest.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace {
+
+nlohmann::ordered_json shapes_json(const BatchShapes& b) {
+  auto shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };
+  return {{"index", b.index},
+          {"size", b.size},
+          {"input_shape", shape(b.input)},
+          {"output_shape", shape(b.output)},
+          {"target_shape", shape(b.target)}};
+}
+
+// The batch sizes the configured loader delivers (the same on every rank).
+std::vector<uint64_t> produced_sizes(const Geometry& g) {
+  std::vector<uint64_t> out;
+  if (g.full_batches > 0) out.push_back(g.spec.batch_size);
+  if (g.last_batch_size > 0 && g.last_batch_size != g.spec.batch_size) out.push_back(g.last_batch_size);
+  return out;
+}
+
+// The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
+uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
+  const uint64_t b = g.spec.batch_size, w = g.spec.world_size;
+  uint64_t per_rank = g.samples_per_rank - g.samples_per_rank % b + size;
+  if (per_rank < g.samples_per_rank) per_rank += b;
+  return per_rank > UINT64_MAX / w ? UINT64_MAX : per_rank * w;
+}
+
+}  // namespace
+
+Aggregator::Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log)
+    : cfg_(cfg), settings_(settings), log_(log), t0_(std::chrono::steady_clock::now()) {}
+
+void Aggregator::start(const ScanStart& s) {
+  if (started_) return;  // a resumed replay announces the same scan again
+  started_ = true;
+  start_ = s;
+  mode_findings();
+  if (settings_.verbosity > 0) {
+    log_ << "batchcheck: " << s.data.samples << " samples, checking " << s.replay_steps << " batches on " << s.device
+         << "\n";
+  }
+}
+
+void Aggregator::begin(const StepInfo& s) { open_[s.step] = s; }
+
+void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
+
+void Aggregator::end(const StepEnd& e) {
+  auto it = pending_.find(e.step);
+  if (it != pending_.end()) {
+    for (const auto& r : it->second) commit(r);
+    pending_.erase(it);
+  }
+  auto open = open_.find(e.step);
+  const bool probe = open != open_.end() && open->second.probe;
+  if (open != open_.end()) open_.erase(open);
+  ended_above_.insert(e.step);
+  while (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
+    ended_above_.erase(ended_above_.begin());
+    ++watermark_;
+  }
+  if (e.forward_ok) largest_ok_ = std::max(largest_ok_, e.size);
+  if (e.shapes) {
+    if (!first_) first_ = e.shapes;
+    last_ = e.shapes;
+  }
+  if (!probe && e.step < start_.replay_steps) {
+    ++done_;
+    progress();
+  }
+}
+
+void Aggregator::finish(const ScanEnd& e) {
+  finished_ = true;
+  end_ = e;
+}
+
+void Aggregator::abandon_open_steps() {
+  for (const auto& [step, info] : open_) pending_.erase(step);
+  open_.clear();
+}
+
+std::optional<StepInfo> Aggregator::open_step() const {
+  if (open_.empty()) return std::nullopt;
+  return open_.rbegin()->second;
+}
+
+void Aggregator::commit(const RecordEvent& r) {
+  const StepInfo& at = r.at;
+  auto key = std::make_tuple(r.id, at.rank ? static_cast<int64_t>(*at.rank) : -1, at.probe ? at.size : 0);
+  auto it = index_.find(key);
+  Finding* f;
+  if (it == index_.end()) {
+    index_[key] = findings_.size();
+    findings_.emplace_back();
+    first_batch_.push_back(r.batch_indices);
+    f = &findings_.back();
+    f->id = r.id;
+    f->severity = Severity::Error;
+    f->rank = at.rank;
+    f->batch = at.batch;
+    f->probe = at.probe;
+    f->probe_size = at.probe ? at.size : 0;
+    f->stage = r.stage;
+    f->message = r.message;
+    f->evidence = r.evidence;
+    f->evidence["batch_size"] = at.size;
+    f->cuda_equivalent = r.cuda;
+  } else {
+    f = &findings_[it->second];
+  }
+  // A finding is per (id, rank, probe size): a new occurrence is a new batch (a probe has one).
+  const bool new_batch = f->occurrences_total == 0 || (at.batch && f->batches.back() != *at.batch);
+  if (new_batch && at.batch) f->batches.push_back(*at.batch);
+  if (new_batch) {
+    ++f->occurrences_total;
+    if (f->occurrences.size() < kOccurrenceCap) f->occurrences.push_back({at.rank, at.batch, {}, 0});
+  }
+  // This batch's occurrence, unless it fell past the cap.
+  Occurrence* occ = f->occurrences.size() == f->occurrences_total ? &f->occurrences.back() : nullptr;
+  const bool first = occ && occ == &f->occurrences.front();
+  for (int64_t idx : r.samples) {
+    if (occ && occ->samples.size() < kSampleCap &&
+        std::find(occ->samples.begin(), occ->samples.end(), idx) == occ->samples.end()) {
+      occ->samples.push_back(idx);
+    }
+    // `samples` is the first occurrence's: never merged across batches or ranks.
+    if (first && f->samples.size() < kSampleCap && std::find(f->samples.begin(), f->samples.end(), idx) == f->samples.end()) {
+      f->samples.push_back(idx);
+    }
+  }
+  if (occ) occ->count += r.count;
+  f->count += r.count;
+}
+
+void Aggregator::finish_findings() {
+  const Geometry g = compute_geometry(loader_spec(cfg_.loader, start_.data.samples));
+  const std::vector<uint64_t> produced = produced_sizes(g);
+  // A probe that only repeats what the replay already found adds nothing.
+  std::vector<std::string> replay_ids;
+  for (const auto& f : findings_) {
+    if (!f.probe) replay_ids.push_back(f.id);
+  }
+  std::vector<Finding> kept;
+  std::vector<std::vector<int64_t>> kept_batches;
+  for (std::size_t i = 0; i < findings_.size(); ++i) {
+    Finding& f = findings_[i];
+    if (f.probe && std::find(replay_ids.begin(), replay_ids.end(), f.id) != replay_ids.end()) continue;
+    if (f.probe && std::find(produced.begin(), produced.end(), f.probe_size) == produced.end()) {
+      // The loader never delivers this size: a fragile model, not a failing setup.
+      f.severity = Severity::Warning;
+      std::vector<std::string> sizes;
+      for (uint64_t p : produced) sizes.push_back(std::to_string(p));
+      f.message += "; the configured loader never delivers a batch of " + std::to_string(f.probe_size) +
+                   (sizes.empty() ? std::string(" (it delivers no batch)") : " (its batches hold " + join(sizes, " or ") + " samples)") +
+                   ", so training does not hit this now";
+      if (f.probe_size < g.spec.batch_size) {
+        f.message += "; it would with " + plural(f.probe_size, "sample") + " left over per rank, e.g. a dataset of " +
+                     std::to_string(dataset_size_for_tail(g, f.probe_size)) + " samples" +
+                     (g.spec.drop_last ? " with drop_last=False" : "");
+      }
+      f.evidence["delivered_batch_sizes"] = produced;
+    }
+    kept.push_back(std::move(f));
+    kept_batches.push_back(std::move(first_batch_[i]));
+  }
+  findings_ = std::move(kept);
+  first_batch_ = std::move(kept_batches);
+
+  FixContext fc;
+  fc.geometry = &g;
+  fc.loss = cfg_.loss;
+  fc.mode = cfg_.model.mode;
+  fc.backward = start_.backward;
+  fc.output = cfg_.model.output;
+  for (std::size_t i = 0; i < findings_.size(); ++i) {
+    fc.batch_indices = first_batch_[i];
+    if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);
+  }
+  const auto& bn = start_.model.batchnorm_modules;
+  for (Finding f : start_.geometry) {
+    if (f.id == "tail-batch-singleton" && !bn.empty()) {
+      f.message += "; the model has BatchNorm (" + bn.front() +
+                   (bn.size() > 1 ? " and " + std::to_string(bn.size() - 1) + " more" : "") + ")";
+    }
+    findings_.push_back(std::move(f));
+  }
+}
+
+// A traced archive runs BatchNorm and dropout in the mode it was traced in: say so when
+// the scan asks for the other one, since a train-mode failure then cannot show.
+void Aggregator::mode_findings() {
+  const bool train = cfg_.model.mode == Mode::Train;
+  const FrozenModeOps& frozen = train ? start_.model.frozen_eval : start_.model.frozen_train;
+  if (frozen.total() == 0) return;
+  std::vector<std::string> ops;
+  if (frozen.batch_norm) ops.push_back(plural(frozen.batch_norm, "batch_norm op", "batch_norm ops"));
+  if (frozen.dropout) ops.push_back(plural(frozen.dropout, "dropout op", "dropout ops"));
+  const char* traced_in = train ? "eval" : "train";
+  Finding f;
+  f.id = "trace-mode-mismatch";
+  f.severity = Severity::Warning;
+  f.stage = "model";
+  f.message = "the model was traced in " + std::string(traced_in) + " mode: " + join(ops, " and ") +
+              (frozen.total() == 1 ? " has" : " have") + " training=" + (train ? "False" : "True") + " frozen into the graph, so mode \"" + to_string(cfg_.model.mode) +
+              "\" has no effect on them" +
+              (train ? "; BatchNorm uses its running statistics and dropout is off, so train-time failures "
+                       "(BatchNorm on one value per channel) cannot show in this replay"
+                     : "; BatchNorm normalizes with batch statistics and updates them, and dropout stays on");
+  f.evidence = {{"traced_in", traced_in},
+                {"scan_mode", to_string(cfg_.model.mode)},
+                {"frozen_batch_norm_ops", frozen.batch_norm},
+                {"frozen_dropout_ops", frozen.dropout}};
+  findings_.push_back(std::move(f));
+  first_batch_.emplace_back();
+}
+
+void Aggregator::progress(bool final) {
+  if (!settings_.progress || settings_.verbosity < 0) return;
+  const uint64_t total = start_.replay_steps;
+  auto now = std::chrono::steady_clock::now();
+  if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  double elapsed = std::chrono::duration<double>(now - t0_).count();
+  double eta = done_ ? elapsed / static_cast<double>(done_) * static_cast<double>(total - std::min(done_, total)) : 0;
+  const int width = 30;
+  int filled = total ? static_cast<int>(static_cast<double>(width) * static_cast<double>(std::min(done_, total)) / static_cast<double>(total)) : width;
+  std::ostringstream line;
+  line << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
+       << "] " << done_ << "/" << total << " batches";
+  if (!final) line << ", ETA " << static_cast<long long>(std::ceil(eta)) << "s ";
+  log_ << line.str() << (final ? "\n" : "") << std::flush;
+}
+
+ScanResult Aggregator::result(const ScanEnd& end) {
+  ScanResult result;
+  result.complete = end.complete;
+  if (start_.replay_steps) progress(true);
+  finish_findings();
+  std::stable_sort(findings_.begin(), findings_.end(), [](const Finding& a, const Finding& b) {
+    if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.probe != b.probe) return !a.probe;
+    return false;
+  });
+
+  const DatasetInfo& data = start_.data;
+  const LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
+  const Geometry g = compute_geometry(spec);
+  result.findings = findings_;
+  result.batches_checked = done_;
+  result.failed = verdict_fails(findings_, settings_.fail_on);
+  nlohmann::ordered_json& r = result.report;
+  r["schema_version"] = 1;
+  r["tool"] = {{"name", "batchcheck"}, {"version", BATCHCHECK_VERSION}, {"libtorch", start_.libtorch}};
+  r["config"] = cfg_.file;
+  r["complete"] = result.complete;
+  r["verdict"] = result.failed ? "fail" : "pass";
+  r["fail_on"] = to_string(settings_.fail_on);
+  r["device"] = start_.device;
+  r["mode"] = to_string(cfg_.model.mode);
+  r["sync"] = cfg_.sync;
+  r["backward"] = start_.backward;
+  auto meta_shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };
+  auto meta_dtype = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.dtype) : nlohmann::ordered_json(); };
+  r["dataset"] = {{"samples", data.samples},
+                  {"input_shape", meta_shape(data.input)},
+                  {"input_dtype", meta_dtype(data.input)},
+                  {"target_shape", meta_shape(data.target)},
+                  {"target_dtype", meta_dtype(data.target)}};
+  r["geometry"] = {{"batch_size", spec.batch_size},
+                   {"drop_last", spec.drop_last},
+                   {"sampler", to_string(cfg_.loader.sampler)},
+                   {"shuffle", spec.shuffle},
+                   {"seed", spec.seed},
+                   {"epoch", spec.epoch},
+                   {"world_size", spec.world_size},
+                   {"sampler_drop_last", spec.sampler_drop_last},
+                   {"samples_per_rank", g.samples_per_rank},
+                   {"batches_per_rank", g.batches_per_rank},
+                   {"last_batch_size", g.last_batch_size},
+                   {"padded_samples", g.delivered_padding()},
+                   {"dropped_samples", g.dropped_total()},
+                   {"accumulation_steps", spec.accumulation_steps},
+                   {"pytorch_equivalent", pytorch_loader_call(cfg_.loader)}};
+  if (spec.accumulation_steps > 1) {
+    r["geometry"]["accumulation_windows"] = g.windows;
+    r["geometry"]["last_window_batches"] = g.last_window_batches;
+  }
+  r["batches"] = {{"checked", done_},
+                  {"ranks", start_.ranks},
+                  {"first", first_ ? shapes_json(*first_) : nlohmann::ordered_json()},
+                  {"last", last_ ? shapes_json(*last_) : nlohmann::ordered_json()}};
+  r["findings"] = nlohmann::ordered_json::array();
+  for (const auto& f : findings_) r["findings"].push_back(to_json(f));
+  SuggestRequest sr;
+  sr.samples = data.samples;
+  sr.batch_size = spec.batch_size;
+  sr.world_size = spec.world_size;
+  sr.sampler_drop_last = spec.sampler_drop_last;
+  Suggestion sug = suggest(sr);
+  nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
+  for (const auto& c : sug.nearest) {
+    sizes.push_back({{"batch_size", c.batch_size}, {"tail", c.tail}, {"batches", c.batches},
+                     {"dropped_with_drop_last", c.dropped_with_drop_last}});
+  }
+  r["suggestions"] = {{"batch_sizes", sizes},
+                      {"divisors", nearest_divisors(sug.divisors, spec.batch_size, 3)}};
+  nlohmann::ordered_json notes = nlohmann::ordered_json::array();
+  if (spec.shuffle && !cfg_.loader.seed_given && !spec.uses_distributed_sampler()) {
+    notes.push_back("shuffle without a seed: PyTorch draws a random seed each run, so the order is not reproducible; "
+                    "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
+  }
+  for (const auto& n : extra_notes_) notes.push_back(n);
+  if (end.device_lost) {
+    notes.push_back("a CUDA device-side assert stopped the scan: the report covers the batches up to it");
+  } else if (!result.complete) {
+    notes.push_back("the scan was interrupted: the report covers only the batches checked");
+  }
+  if (settings_.edges) notes.push_back("--edges: only the first and last batch of each rank and the probes were checked");
+  if (cfg_.checks.max_batches && !settings_.edges && cfg_.checks.max_batches < g.batches_per_rank) {
+    notes.push_back("max_batches: only the first " + std::to_string(cfg_.checks.max_batches) + " batches of each rank were checked");
+  }
+  if (!cfg_.loader.ignored_keys.empty()) {
+    notes.push_back("loader." + join(cfg_.loader.ignored_keys, ", loader.") +
+                    ": accepted; they change how fast batches arrive, not which samples they hold, so the replay is the same");
+  }
+  r["notes"] = notes;
+  SeverityCounts c = count_severities(findings_);
+  r["summary"] = {{"errors", c.errors}, {"warnings", c.warnings}, {"infos", c.infos}};
+  return result;
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,77 @@
+#pragma once
+// The report side of a scan: receives the replay's events (core/scan_events.h), keeps one
+// finding per (id, rank, probe size) with its occurrences, and builds the report. A step's
+// records count only once the step ends: a step cut short by a crash or a timeout is
+// replayed (or reported as the crash) without counting twice. Torch-free: under the
+// supervisor it runs in the parent process.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <optional>
+#include <ostream>
+#include <tuple>
+#include <vector>
+
+#include "core/config.h"
+#include "core/geometry.h"
+#include "core/scan.h"
+#include "core/scan_events.h"
+
+namespace batchcheck {
+
+class Aggregator : public ScanSink {
+ public:
+  Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log);
+
+  void start(const ScanStart& s) override;
+  void begin(const StepInfo& s) override;
+  void record(RecordEvent&& r) override;
+  void end(const StepEnd& e) override;
+  void finish(const ScanEnd& e) override;
+
+  // Forgets the records of steps that began but did not end (their replay died).
+  void abandon_open_steps();
+  // The step that began last and has not ended, if any.
+  std::optional<StepInfo> open_step() const;
+  bool started() const { return started_; }
+  bool finished() const { return finished_; }
+  const ScanEnd& end_state() const { return end_; }
+  // Where a fresh replay resumes: every step below `watermark` ended, and so did `ended_above`.
+  uint64_t watermark() const { return watermark_; }
+  const std::set<uint64_t>& ended_above() const { return ended_above_; }
+  uint64_t largest_ok_batch() const { return largest_ok_; }
+  uint64_t steps_total() const { return start_.replay_steps; }
+  // Adds a note to the report (e.g. why the scan stopped early).
+  void note(const std::string& text) { extra_notes_.push_back(text); }
+
+  // The report; `end` says whether the scan completed.
+  ScanResult result(const ScanEnd& end);
+
+ private:
+  void commit(const RecordEvent& r);
+  void finish_findings();
+  void mode_findings();
+  void progress(bool final = false);
+
+  const Config& cfg_;
+  const ScanSettings& settings_;
+  std::ostream& log_;
+  bool started_ = false, finished_ = false;
+  ScanStart start_;
+  ScanEnd end_;
+  std::vector<Finding> findings_;
+  std::map<std::tuple<std::string, int64_t, uint64_t>, std::size_t> index_;  // (id, rank or -1, probe size)
+  std::vector<std::vector<int64_t>> first_batch_;  // per finding: its first batch's indices
+  std::map<uint64_t, StepInfo> open_;             // steps begun, not ended
+  std::map<uint64_t, std::vector<RecordEvent>> pending_;  // their records
+  uint64_t watermark_ = 0;                        // every step below it ended
+  std::set<uint64_t> ended_above_;                // steps at or above it that ended
+  uint64_t done_ = 0;                             // replay steps ended
+  uint64_t largest_ok_ = 0;
+  std::optional<BatchShapes> first_, last_;
+  std::vector<std::string> extra_notes_;
+  std::chrono::steady_clock::time_point t0_, last_draw_;
+};
+
+}  // namespace batchcheck

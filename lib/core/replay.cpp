@@ -1,0 +1,471 @@
+#include "core/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "core/classify.h"
+#include "core/contract.h"
+#include "core/errors.h"
+#include "core/export_guard.h"
+#include "core/findings.h"
+#include "core/text.h"
+#include "core/value_findings.h"
+#include "core/worker.h"
+
+namespace batchcheck {
+
+namespace {
+
+struct BatchContext {
+  StepInfo step;
+  const std::vector<int64_t>* indices = nullptr;
+  bool shapes = false;  // the report's first/last batch shapes come from this step
+  uint64_t size() const { return step.size; }
+};
+
+// The Backend's current batch as a BatchView, for the synchronous path.
+class CurrentBatch : public BatchView {
+ public:
+  explicit CurrentBatch(Backend& b) : backend_(b) {}
+  ValueStats check(Slot slot, const ValueRule& rule) override { return backend_.check(slot, rule); }
+  LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
+
+ private:
+  Backend& backend_;
+};
+
+// A batch whose post-forward stage runs on the worker.
+struct PendingPost {
+  std::vector<int64_t> indices;
+  BatchContext ctx;
+  StepEnd end;
+  std::future<std::vector<Emitted>> result;
+};
+
+class Replayer {
+ public:
+  Replayer(const Config& cfg, const ScanSettings& settings, Backend& backend, ScanSink& sink, std::ostream& log,
+           const ReplayResume& resume)
+      : cfg_(cfg), settings_(settings), backend_(backend), sink_(sink), log_(log), resume_(resume),
+        largest_ok_batch_(resume.largest_ok_batch) {}
+
+  void run(const OrderFn& order);
+
+ private:
+  bool runs(uint64_t step) const { return step >= resume_.start_step && resume_.skip.count(step) == 0; }
+  void check_batch(const BatchContext& ctx, const std::vector<int64_t>* next = nullptr);
+  void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
+              nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
+              const std::string& cuda_equivalent = "");
+  void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
+                    std::vector<Emitted>& out, const ValueStats* stats = nullptr, bool rows_are_samples = true) const;
+  // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
+  std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
+                                  const TensorMeta& target, BatchView& view, bool prior_error) const;
+  void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
+  void collect_pending();
+  void forward_failed(const BatchContext& ctx, const ForwardResult& fwd);
+  void check_batchnorm_stats(const BatchContext& ctx);
+  void run_backward(const BatchContext& ctx);
+  void run_probes(uint64_t first_step, uint64_t samples);
+  bool stop_requested() const { return device_lost_ || (settings_.stop && settings_.stop->load() != 0); }
+  StepEnd step_end(const BatchContext& ctx, bool forward_ok) const;
+
+  const Config& cfg_;
+  const ScanSettings& settings_;
+  Backend& backend_;
+  ScanSink& sink_;
+  std::ostream& log_;
+  const ReplayResume& resume_;
+  bool backward_ = false;
+  uint64_t largest_ok_batch_ = 0;
+  bool batch_has_error_ = false;
+  bool complete_ = true;
+  // A device-side assert leaves the CUDA context unusable: nothing after it can run.
+  bool device_lost_ = false;
+  ModelInfo model_;
+  std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
+  std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
+  std::unique_ptr<PendingPost> pending_;
+  std::unique_ptr<Worker<std::vector<Emitted>>> worker_;
+};
+
+void Replayer::record(const BatchContext& ctx, const std::string& id, const std::string& stage,
+                      const std::string& message, nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows,
+                      uint64_t total_rows, const std::string& cuda_equivalent) {
+  batch_has_error_ = true;
+  RecordEvent ev;
+  ev.at = ctx.step;
+  ev.id = id;
+  ev.stage = stage;
+  ev.message = message;
+  ev.evidence = std::move(evidence);
+  ev.count = total_rows;
+  ev.cuda = cuda_equivalent;
+  const std::vector<int64_t>& indices = *ctx.indices;
+  for (uint64_t r : rows) {
+    // A row of the batch, never of a tensor that is larger than the batch.
+    if (r >= indices.size()) continue;
+    if (ev.samples.size() >= kSampleCap) break;
+    const int64_t idx = indices[r];
+    if (std::find(ev.samples.begin(), ev.samples.end(), idx) == ev.samples.end()) ev.samples.push_back(idx);
+  }
+  auto key = std::make_tuple(id, ctx.step.rank ? static_cast<int64_t>(*ctx.step.rank) : -1,
+                             ctx.step.probe ? ctx.step.size : 0);
+  if (keys_sent_.insert(key).second) ev.batch_indices = indices;
+  sink_.record(std::move(ev));
+}
+
+void Replayer::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
+                            BatchView& view, std::vector<Emitted>& out, const ValueStats* stats,
+                            bool rows_are_samples) const {
+  ValueStats s = stats ? *stats : view.check(slot, rule);
+  if (s.ok()) return;
+  for (auto& e : value_findings(slot, rule, meta, view, s, cfg_.loss, ctx.size(), rows_are_samples)) out.push_back(std::move(e));
+}
+
+StepEnd Replayer::step_end(const BatchContext& ctx, bool forward_ok) const {
+  StepEnd e;
+  e.step = ctx.step.step;
+  e.forward_ok = forward_ok;
+  e.size = ctx.size();
+  if (ctx.shapes) {
+    e.shapes = BatchShapes{ctx.step.batch.value_or(0), ctx.size(), backend_.meta(Slot::Input),
+                           backend_.meta(Slot::Output), backend_.meta(Slot::Target)};
+  }
+  return e;
+}
+
+void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd) {
+  const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
+  std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, ctx.size(), largest_ok_batch_);
+  nlohmann::ordered_json ev = {{"error", fwd.error}};
+  if (!fwd.location.empty()) ev["location"] = fwd.location;
+  if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
+  if (largest_ok_batch_) ev["largest_ok_batch_size"] = largest_ok_batch_;
+  if (id == "batchnorm-single-value" && !model_.batchnorm_modules.empty()) {
+    ev["batchnorm_modules"] = model_.batchnorm_modules;
+  }
+  const std::string cuda = cuda_equivalent_of_forward_error(fwd.error);
+  std::string msg;
+  const TensorMeta in = backend_.meta(Slot::Input);
+  if (in.present && in.dtype == "float64" && is_dtype_mismatch_error(fwd.error)) {
+    // The classic: float64 numpy data into a float32 model.
+    ev["cause"] = "input-dtype";
+    ev["input_dtype"] = in.dtype;
+    msg = "the inputs are float64 but the model computes in float32; forward raised on a batch of " +
+          plural(ctx.size(), "sample") + ": " + fwd.error;
+  } else if (guard) {
+    static const char* kinds[] = {"min", "max", "size", "stride", "dtype", "device"};
+    ev["guard"] = {{"input", guard->input}, {"dim", guard->dim}, {"check", kinds[static_cast<int>(guard->kind)]},
+                   {"expected", guard->expected}, {"got", guard->got}};
+    // AOTInductor skips these checks unless AOTI_RUNTIME_CHECK_INPUTS is set (batchcheck sets it).
+    msg = describe_export_guard(*guard, ctx.size()) +
+          "; in training, AOTInductor runs its compiled code on this batch unchecked (the checks run only with "
+          "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
+  } else if (id == "cuda-device-assert") {
+    device_lost_ = true;
+    msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error +
+          "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
+  } else if (id == "batchnorm-single-value") {
+    msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error;
+  } else if (id == "hardcoded-batch-size") {
+    msg = "forward runs at batch size " + std::to_string(largest_ok_batch_) + " but fails at " +
+          std::to_string(ctx.size()) + " with a shape error: " + fwd.error;
+  } else {
+    msg = "forward raised on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error;
+  }
+  record(ctx, id, "forward", msg, ev, all_rows(ctx.size()), ctx.size(), cuda);
+}
+
+void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
+  batch_has_error_ = false;
+  sink_.begin(ctx.step);
+  backend_.load_batch(*ctx.indices);
+  if (next) backend_.prefetch(*next);
+  const TensorMeta input = backend_.meta(Slot::Input);
+  if (auto rule = input_rule(input)) {
+    CurrentBatch current(backend_);
+    std::vector<Emitted> emitted;
+    check_values(ctx, Slot::Input, *rule, input, current, emitted);
+    apply(ctx, emitted);
+  }
+  const bool inputs_bad = batch_has_error_;
+
+  ForwardResult fwd = backend_.forward();
+  // The previous batch's post-forward stage ran during this forward: record it now,
+  // before this batch's own post stage, so every id sees its batches in order.
+  collect_pending();
+  if (!fwd.ok) {
+    forward_failed(ctx, fwd);
+    sink_.end(step_end(ctx, false));
+    return;
+  }
+  largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());
+  // NaN inputs turn running statistics NaN at any batch size: that is input-nonfinite's
+  // finding, not a single value per channel.
+  if (cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size() == 1 && !inputs_bad) {
+    check_batchnorm_stats(ctx);
+  }
+
+  const TensorMeta output = backend_.meta(Slot::Output);
+  const TensorMeta target = backend_.meta(Slot::Target);
+  ContractPlan plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size(), output, target);
+  for (const auto& issue : plan.issues) {
+    record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence,
+           all_rows(ctx.size()), ctx.size());
+  }
+  const bool prior_error = batch_has_error_;
+  const uint64_t elements = output.numel() + target.numel();
+  // Overlapping costs a thread hand-off (microseconds): only for large batches.
+  std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
+  if (!view) {
+    CurrentBatch current(backend_);
+    apply(ctx, post_stage(ctx, plan, output, target, current, prior_error));
+    // The loss was computed and is finite exactly when nothing was found in this batch.
+    if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
+    sink_.end(step_end(ctx, true));
+    return;
+  }
+  if (!worker_) worker_ = std::make_unique<Worker<std::vector<Emitted>>>();
+  pending_ = std::make_unique<PendingPost>();
+  pending_->indices = *ctx.indices;
+  pending_->ctx = ctx;
+  pending_->ctx.indices = &pending_->indices;
+  pending_->end = step_end(ctx, true);
+  const BatchContext* job_ctx = &pending_->ctx;
+  pending_->result = worker_->submit([this, job_ctx, plan, output, target, view, prior_error] {
+    return post_stage(*job_ctx, plan, output, target, *view, prior_error);
+  });
+}
+std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
+                                         const TensorMeta& target, BatchView& view, bool prior_error) const {
+  std::vector<Emitted> out;
+  if (plan.output_rule) {
+    check_values(ctx, Slot::Output, *plan.output_rule, output, view, out, nullptr, plan.output_rows_are_samples);
+  }
+  std::optional<ValueStats> target_stats;
+  if (plan.target_rule) {
+    target_stats = view.check(Slot::Target, *plan.target_rule);
+    check_values(ctx, Slot::Target, *plan.target_rule, target, view, out, &*target_stats);
+  }
+  if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
+
+  LossResult loss = view.loss(cfg_.loss);
+  const std::vector<uint64_t> all = all_rows(ctx.size());
+  if (!loss.ok) {
+    out.push_back({"loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
+                   {{"error", loss.error}}, all, ctx.size(), ""});
+  } else if (loss.nonfinite) {
+    std::string why;
+    if (plan.class_targets && cfg_.loss.reduction == Reduction::Mean && target_stats &&
+        target_stats->ignored == target_stats->elements) {
+      why = ": every target equals ignore_index " + std::to_string(cfg_.loss.ignore_index) +
+            ", and the mean over zero elements is NaN";
+    }
+    out.push_back({"loss-nonfinite", "loss",
+                   std::string(to_string(cfg_.loss.type)) + " loss is " + format_number(loss.value) + why,
+                   {{"loss", std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value))},
+                    {"nonfinite_elements", loss.nonfinite}},
+                   all, ctx.size(), ""});
+  }
+  return out;
+}
+
+void Replayer::apply(const BatchContext& ctx, const std::vector<Emitted>& emitted) {
+  for (const auto& e : emitted) record(ctx, e.id, e.stage, e.message, e.evidence, e.rows, e.total, e.cuda);
+}
+
+void Replayer::collect_pending() {
+  if (!pending_) return;
+  std::unique_ptr<PendingPost> p = std::move(pending_);
+  const bool had_error = batch_has_error_;
+  apply(p->ctx, p->result.get());
+  sink_.end(p->end);
+  batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
+}
+
+void Replayer::run_backward(const BatchContext& ctx) {
+  BackwardResult b = backend_.backward();
+  if (!b.ok) {
+    nlohmann::ordered_json ev = {{"error", b.error}};
+    if (!b.location.empty()) ev["location"] = b.location;
+    if (!b.traceback.empty()) ev["traceback"] = b.traceback;
+    if (is_device_assert(b.error)) device_lost_ = true;
+    record(ctx, device_lost_ ? "cuda-device-assert" : "backward-error", "backward",
+           "loss.backward() raised on a batch of " + plural(ctx.size(), "sample") + " (forward and loss succeeded): " + b.error +
+               (device_lost_ ? "; the device is unusable after it, so the scan stopped here" : ""),
+           ev, all_rows(ctx.size()), ctx.size());
+    return;
+  }
+  if (b.nonfinite_total == 0) return;
+  nlohmann::ordered_json params = nlohmann::ordered_json::array();
+  std::vector<std::string> names;
+  for (const auto& g : b.nonfinite) {
+    params.push_back({{"name", g.name}, {"elements", g.elements}, {"nan", g.nan}, {"inf", g.inf}});
+    if (names.size() < 3) names.push_back(g.name + " (" + nonfinite_text(g.nan, g.inf, ", ") + ")");
+  }
+  std::string more = b.nonfinite_total > names.size() ? " and " + std::to_string(b.nonfinite_total - names.size()) + " more" : "";
+  record(ctx, "gradient-nonfinite", "backward",
+         "loss.backward() on a batch of " + plural(ctx.size(), "sample") + " gave non-finite gradients to " +
+             plural(b.nonfinite_total, "parameter") + ": " + join(names) + more +
+             "; one optimizer step would write NaN/Inf into the weights",
+         {{"parameters", params}, {"nonfinite_parameters", b.nonfinite_total}}, all_rows(ctx.size()), ctx.size());
+}
+
+void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
+  // Only a batch of one can give BatchNorm a single value per channel; NaN statistics
+  // stay NaN, so only modules that were finite before this batch count.
+  std::vector<std::string> fresh;
+  for (const auto& name : backend_.nonfinite_batchnorm_stats()) {
+    if (std::find(bad_batchnorm_.begin(), bad_batchnorm_.end(), name) == bad_batchnorm_.end()) {
+      fresh.push_back(name);
+      bad_batchnorm_.push_back(name);
+    }
+  }
+  if (fresh.empty()) return;
+  record(ctx, "batchnorm-single-value", "forward",
+         "BatchNorm saw one value per channel in train mode on a batch of 1 sample and raised nothing "
+         "(a traced model loses PyTorch's check), but its running_var became NaN: every evaluation after "
+         "this epoch returns NaN",
+         {{"batchnorm_modules", fresh}, {"nonfinite_running_stats", true}}, {0}, 1);
+}
+
+// Probes: batches of the given sizes from the start of the dataset, on the model exactly
+// as loaded from its file (no running statistics from the replay's batches).
+
+// Probes: batches of the given sizes from the start of the dataset, on the model exactly
+// as loaded from its file (no running statistics from the replay's batches).
+void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
+  if (!complete_) return;
+  bool reset = false;
+  const auto& sizes = cfg_.checks.probe_batch_sizes;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t size = sizes[i];
+    const uint64_t step = first_step + i;
+    if (size > samples || size == 0 || !runs(step)) continue;
+    if (stop_requested()) {
+      complete_ = false;
+      break;
+    }
+    if (!reset) {
+      collect_pending();
+      backend_.reset_model();
+      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+      reset = true;
+    }
+    std::vector<int64_t> probe(size);
+    for (uint64_t k = 0; k < size; ++k) probe[k] = static_cast<int64_t>(k);
+    BatchContext ctx{StepInfo{step, std::nullopt, std::nullopt, true, size}, &probe, false};
+    check_batch(ctx);
+    collect_pending();
+    if (settings_.verbosity > 0) {
+      log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
+    }
+  }
+  collect_pending();
+  if (stop_requested()) complete_ = false;
+}
+
+void Replayer::run(const OrderFn& order) {
+  const DatasetInfo data = backend_.dataset();
+  model_ = backend_.model();
+  backward_ = backward_enabled(cfg_);
+  bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
+  LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
+  BatchPlan plan(compute_geometry(spec), order(spec));
+  const Geometry& g = plan.geometry();
+
+  std::vector<uint64_t> ranks;
+  if (settings_.rank) {
+    if (*settings_.rank >= spec.world_size) {
+      throw InputError("", "--rank", "rank " + std::to_string(*settings_.rank) + " does not exist with world_size " +
+                                         std::to_string(spec.world_size) + " (ranks are 0.." +
+                                         std::to_string(spec.world_size - 1) + ")");
+    }
+    ranks.push_back(*settings_.rank);
+  } else {
+    for (uint64_t r = 0; r < spec.world_size; ++r) ranks.push_back(r);
+  }
+
+  std::vector<uint64_t> batch_list;
+  if (g.batches_per_rank > 0) {
+    if (settings_.edges) {
+      batch_list.push_back(0);
+      if (g.batches_per_rank > 1) batch_list.push_back(g.batches_per_rank - 1);
+    } else {
+      uint64_t n = cfg_.checks.max_batches ? std::min(cfg_.checks.max_batches, g.batches_per_rank) : g.batches_per_rank;
+      for (uint64_t b = 0; b < n; ++b) batch_list.push_back(b);
+    }
+  }
+  const uint64_t per_rank = batch_list.size();
+  const uint64_t total = per_rank * ranks.size();
+
+  ScanStart start;
+  start.data = data;
+  start.model = model_;
+  start.device = backend_.device();
+  start.libtorch = settings_.libtorch_version;
+  start.backward = backward_;
+  start.ranks = ranks;
+  start.replay_steps = total;
+  start.geometry = geometry_findings(plan, ranks, cfg_.loss.type);
+  sink_.start(start);
+
+  auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
+  auto next_run = [&](uint64_t step) {
+    uint64_t s = step + 1;
+    while (s < total && !runs(s)) ++s;
+    return s;
+  };
+  std::vector<int64_t> indices, next;
+  bool have_next = false;
+  std::optional<uint64_t> current_rank;
+  for (uint64_t step = resume_.start_step; step < total; step = next_run(step)) {
+    if (!runs(step)) continue;
+    if (stop_requested()) {
+      complete_ = false;
+      break;
+    }
+    const uint64_t rank = ranks[step / per_rank], b = batch_list[step % per_rank];
+    if (current_rank && *current_rank != rank) {
+      // Each DDP rank trains its own replica loaded from the file: no running statistics
+      // carry over from the previous rank's batches.
+      collect_pending();
+      backend_.reset_model();
+      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+    }
+    current_rank = rank;
+    indices = have_next ? std::move(next) : indices_of(step);
+    // The batch after this one, so the backend can read it during this forward.
+    const uint64_t following = next_run(step);
+    have_next = following < total;
+    if (have_next) next = indices_of(following);
+    BatchContext ctx{StepInfo{step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};
+    check_batch(ctx, have_next ? &next : nullptr);
+    if (settings_.verbosity > 0) {
+      log_ << "rank " << rank << " batch " << b << " (" << indices.size() << " samples): "
+           << (batch_has_error_ ? "findings" : "ok") << "\n";
+    }
+  }
+  collect_pending();
+  run_probes(total, data.samples);
+  ScanEnd end;
+  end.complete = complete_;
+  end.device_lost = device_lost_;
+  sink_.finish(end);
+}
+
+}  // namespace
+
+void replay(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order, ScanSink& sink,
+            std::ostream& log, const ReplayResume& resume) {
+  Replayer r(cfg, settings, backend, sink, log, resume);
+  r.run(order);
+}
+
+}  // namespace batchcheck
