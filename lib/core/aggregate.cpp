@@ -54,7 +54,7 @@ void Aggregator::start(const ScanStart& s) {
   }
 }
 
-void Aggregator::begin(const StepInfo& s) { open_[s.step] = s; }
+void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) { open_[s.step] = {s, indices}; }
 
 void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
 
@@ -65,7 +65,7 @@ void Aggregator::end(const StepEnd& e) {
     pending_.erase(it);
   }
   auto open = open_.find(e.step);
-  const bool probe = open != open_.end() && open->second.probe;
+  const bool probe = open != open_.end() && open->second.first.probe;
   if (open != open_.end()) open_.erase(open);
   ended_above_.insert(e.step);
   while (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
@@ -95,7 +95,28 @@ void Aggregator::abandon_open_steps() {
 
 std::optional<StepInfo> Aggregator::open_step() const {
   if (open_.empty()) return std::nullopt;
-  return open_.rbegin()->second;
+  return open_.rbegin()->second.first;
+}
+
+void Aggregator::fail_open_step(const std::string& id, const std::string& message, nlohmann::ordered_json evidence) {
+  if (open_.empty()) return;
+  auto [step, indices] = open_.rbegin()->second;
+  abandon_open_steps();
+  RecordEvent r;
+  r.at = step;
+  r.id = id;
+  r.stage = "forward";
+  r.message = message;
+  r.evidence = std::move(evidence);
+  for (std::size_t i = 0; i < indices.size() && r.samples.size() < kSampleCap; ++i) r.samples.push_back(indices[i]);
+  r.count = step.size;
+  r.batch_indices = indices;
+  begin(step, indices);
+  record(std::move(r));
+  StepEnd e;
+  e.step = step.step;
+  e.size = step.size;
+  end(e);
 }
 
 void Aggregator::commit(const RecordEvent& r) {

@@ -25,7 +25,7 @@ class Aggregator : public ScanSink {
   Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log);
 
   void start(const ScanStart& s) override;
-  void begin(const StepInfo& s) override;
+  void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
   void record(RecordEvent&& r) override;
   void end(const StepEnd& e) override;
   void finish(const ScanEnd& e) override;
@@ -34,6 +34,9 @@ class Aggregator : public ScanSink {
   void abandon_open_steps();
   // The step that began last and has not ended, if any.
   std::optional<StepInfo> open_step() const;
+  // Reports the open step as failed in the replay's process (a crash, a timeout): `id`,
+  // `message` and `evidence` as for any finding, on all of the step's samples.
+  void fail_open_step(const std::string& id, const std::string& message, nlohmann::ordered_json evidence);
   bool started() const { return started_; }
   bool finished() const { return finished_; }
   const ScanEnd& end_state() const { return end_; }
@@ -63,7 +66,7 @@ class Aggregator : public ScanSink {
   std::vector<Finding> findings_;
   std::map<std::tuple<std::string, int64_t, uint64_t>, std::size_t> index_;  // (id, rank or -1, probe size)
   std::vector<std::vector<int64_t>> first_batch_;  // per finding: its first batch's indices
-  std::map<uint64_t, StepInfo> open_;             // steps begun, not ended
+  std::map<uint64_t, std::pair<StepInfo, std::vector<int64_t>>> open_;  // steps begun, not ended, with their indices
   std::map<uint64_t, std::vector<RecordEvent>> pending_;  // their records
   uint64_t watermark_ = 0;                        // every step below it ended
   std::set<uint64_t> ended_above_;                // steps at or above it that ended

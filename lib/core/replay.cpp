@@ -184,7 +184,7 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
 
 void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
   batch_has_error_ = false;
-  sink_.begin(ctx.step);
+  sink_.begin(ctx.step, *ctx.indices);
   backend_.load_batch(*ctx.indices);
   if (next) backend_.prefetch(*next);
   const TensorMeta input = backend_.meta(Slot::Input);

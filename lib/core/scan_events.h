@@ -70,7 +70,8 @@ class ScanSink {
  public:
   virtual ~ScanSink() = default;
   virtual void start(const ScanStart& s) = 0;
-  virtual void begin(const StepInfo& s) = 0;
+  // `indices`: the step's dataset indices (a crash or a timeout in the step is reported on them).
+  virtual void begin(const StepInfo& s, const std::vector<int64_t>& indices) = 0;
   virtual void record(RecordEvent&& r) = 0;
   virtual void end(const StepEnd& e) = 0;
   virtual void finish(const ScanEnd& e) = 0;

@@ -13,6 +13,8 @@
 
 #include "core/allocator.h"
 #include "core/errors.h"
+#include "core/journal.h"
+#include "core/replay.h"
 #include "core/scan.h"
 #include "core/info.h"
 #include "engine/permutation.h"
@@ -55,92 +57,9 @@ class SignalScope {
 
 }  // namespace
 
-void check_writable(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path p(path);
-  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " does not exist");
-  if (fs::is_directory(p, ec)) throw InputError(path, "", "cannot write the report: it is a directory");
-  // Opening a FIFO for writing waits for a reader that may never come.
-  if (fs::is_fifo(p, ec)) throw InputError(path, "", "cannot write the report: it is a FIFO; write to a regular file");
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " is not writable");
-  }
-}
+namespace {
 
-void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(output, ec)) return;  // a new file cannot be one of the inputs
-  const std::vector<std::pair<std::string, std::string>> inputs = {
-      {config_path, "the config"},         {cfg.model.path, "the model"},   {cfg.data.inputs, "the inputs"},
-      {cfg.data.targets, "the targets"},   {cfg.data.path, "the data file"}};
-  for (const auto& [path, what] : inputs) {
-    if (path.empty()) continue;
-    if (fs::equivalent(output, path, ec) && !ec) {
-      throw InputError(output, "-o", "is " + what + " of this scan: refusing to overwrite an input with the report");
-    }
-  }
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    // /dev/null, a FIFO, a terminal: renaming over it would replace the device node.
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
-    return;
-  }
-  // A short hidden name beside the report: fits beside any legal report name (NAME_MAX).
-  std::filesystem::path target(path);
-  const std::string tmp = (target.parent_path() / (".batchcheck-" + std::to_string(::getpid()) + ".tmp")).string();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    std::filesystem::remove(tmp);
-    throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(e));
-  }
-}
-
-ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
-  tune_allocator_for_batches();
-  // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed) instead of
-  // SIGXFSZ killing the process and leaving the temp file behind.
-  std::signal(SIGXFSZ, SIG_IGN);
-  Config cfg = load_config(cmd.config_path);
-  const bool to_file = cmd.output_path && *cmd.output_path != "-";
-  if (to_file) {
-    check_writable(*cmd.output_path);
-    refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
-  }
-
-  // Command-line flags override the config.
-  if (cmd.device) {
-    if (!valid_device(*cmd.device)) {
-      throw InputError("", "--device", "unknown device \"" + *cmd.device + "\" (expected cpu, cuda, cuda:N or auto)");
-    }
-    cfg.device = *cmd.device;
-  }
-  if (cmd.mode) {
-    if (cfg.model.format == ModelFormat::Pt2 && *cmd.mode == Mode::Train) throw InputError("", "--mode train", kPt2NoTrain);
-    cfg.model.mode = *cmd.mode;
-  }
-  if (cmd.max_batches) cfg.checks.max_batches = *cmd.max_batches;
-  if (cmd.no_backward) cfg.checks.backward = false;
-
+BackendOptions backend_options(const ScanCommand& cmd, const Config& cfg) {
   BackendOptions bo;
   bo.device = cfg.device;
   if (cmd.device) {
@@ -152,17 +71,26 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   bo.sync = cfg.sync;
   bo.backward = backward_enabled(cfg);
   bo.threads = cmd.threads;
-  auto backend = make_torch_backend(cfg, bo);
+  return bo;
+}
 
-  ScanSettings settings;
-  settings.fail_on = cmd.fail_on;
-  settings.edges = cmd.edges;
-  settings.rank = cmd.rank;
-  settings.verbosity = cmd.verbosity;
-  settings.progress = cmd.progress;
+ScanSettings engine_settings(const ScanCommand& cmd) {
+  ScanSettings settings = scan_settings(cmd);
   settings.libtorch_version = libtorch_version();
   settings.stop = &g_stop;
+  return settings;
+}
 
+}  // namespace
+
+ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
+  tune_allocator_for_batches();
+  // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed) instead of
+  // SIGXFSZ killing the process and leaving the temp file behind.
+  std::signal(SIGXFSZ, SIG_IGN);
+  Config cfg = prepare_scan_config(cmd);
+  auto backend = make_torch_backend(cfg, backend_options(cmd, cfg));
+  const ScanSettings settings = engine_settings(cmd);
   ScanResult result;
   {
     SignalScope signals(cmd.handle_signals);
@@ -172,18 +100,26 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   outcome.failed = result.failed;
   outcome.complete = result.complete;
   outcome.signal = g_stop.load();
-
-  // Invalid UTF-8 (a file name, a model's own error text) is replaced, never an exception.
-  const std::string text = result.report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-  if (to_file) {
-    write_file_atomically(*cmd.output_path, text);
-  } else {
-    out << text << std::flush;
-    // stdout closed or full: a gate whose report was lost must not pass.
-    if (!out) throw InputError("<stdout>", "", "cannot write the report (standard output is closed or full); use -o FILE");
-  }
-  if (cmd.verbosity >= 0) err << format_summary(result);
+  deliver_report(cmd, result, out, err);
   return outcome;
+}
+
+void engine_child(const std::string& request, int event_fd, std::ostream& err) {
+  tune_allocator_for_batches();
+  const EngineRequest req = decode_request(request);
+  const ScanCommand& cmd = req.command;
+  JournalWriter journal(event_fd);
+  try {
+    Config cfg = prepare_scan_config(cmd);
+    BackendOptions bo = backend_options(cmd, cfg);
+    bo.loading = [&journal](const std::string& file) { journal.loading(file); };
+    auto backend = make_torch_backend(cfg, bo);
+    const ScanSettings settings = engine_settings(cmd);
+    SignalScope signals(cmd.handle_signals);
+    replay(cfg, settings, *backend, sampler_order, journal, err, req.resume);
+  } catch (const InputError& e) {
+    journal.error("input", e.file(), e.where(), e.detail());
+  }
 }
 
 }  // namespace batchcheck

@@ -26,3 +26,15 @@ extern "C" __attribute__((visibility("default"))) int batchcheck_scan_v1(const b
     return batchcheck::kScanModuleInternalError;
   }
 }
+
+extern "C" __attribute__((visibility("default"))) int batchcheck_engine_child_v1(const std::string* request, int event_fd,
+                                                                                 std::ostream* err,
+                                                                                 batchcheck::ScanModuleResult* result) {
+  try {
+    batchcheck::engine_child(*request, event_fd, *err);
+    return batchcheck::kScanModuleOk;
+  } catch (const std::exception& e) {
+    result->what = batchcheck::parse_error_text(e.what()).message;
+    return batchcheck::kScanModuleInternalError;
+  }
+}

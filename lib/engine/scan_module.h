@@ -16,5 +16,8 @@ constexpr int kScanModuleInputError = 2;
 constexpr int kScanModuleInternalError = 3;
 constexpr const char* kScanModuleSymbol = "batchcheck_scan_v1";
 using ScanModuleFn = int (*)(const ScanCommand*, std::ostream*, std::ostream*, ScanModuleResult*);
+// The supervisor's engine child: the request, the journal's file descriptor.
+constexpr const char* kEngineChildSymbol = "batchcheck_engine_child_v1";
+using EngineChildFn = int (*)(const std::string*, int, std::ostream*, ScanModuleResult*);
 
 }  // namespace batchcheck

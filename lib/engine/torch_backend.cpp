@@ -147,7 +147,9 @@ class TorchBackend : public Backend {
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
+    if (opt.loading) opt.loading(cfg.data.format == DataFormat::Pt ? cfg.data.path_display : cfg.data.inputs_display);
     data_ = open_data_source(cfg.data);
+    if (opt.loading) opt.loading(cfg.model.path);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_) : load_torchscript(cfg.model, device_);
   }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The LibTorch Backend: TorchScript model, npy/pt data, forward, value checks, loss.
 // No torch types in this header: callers stay cheap to compile.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,9 @@ struct BackendOptions {
   bool sync = true;
   bool backward = false;  // forward with autograd, then loss.backward() per batch
   std::optional<uint64_t> threads;
+  // Called with each input file's name before LibTorch reads it (the supervisor names the
+  // file when the reader crashes).
+  std::function<void(const std::string& file)> loading;
 };
 
 // Whether this LibTorch has CUDA and sees a GPU (the CUDA tests skip without one).

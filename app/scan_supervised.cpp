@@ -1,0 +1,86 @@
+// The batchcheck binary's scan: the supervisor (torch-free) runs the replay in an engine
+// child, which is this same executable started with kEngineChildArg; the child loads
+// libbatchcheck_scan.so (beside the executable), so that commands other than scan, and the
+// supervising parent, never load LibTorch.
+#include <dlfcn.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+
+#include "core/errors.h"
+#include "core/journal.h"
+#include "engine/scan_module.h"
+#include "scan_entry.h"
+#include "supervise/supervisor.h"
+
+namespace batchcheck {
+
+namespace {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// libbatchcheck_scan.so lives next to the executable.
+std::string module_path() {
+  std::filesystem::path exe(self_exe());
+  std::filesystem::path dir = exe.empty() ? std::filesystem::path(".") : exe.parent_path();
+  return (dir / "libbatchcheck_scan.so").string();
+}
+
+}  // namespace
+
+ScanOutcome run_scan_entry(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
+  SupervisorOptions opt;
+  opt.engine = self_exe();
+  if (opt.engine.empty()) throw std::runtime_error("cannot find the batchcheck executable (/proc/self/exe)");
+  opt.args = {kEngineChildArg};
+  return supervise_scan(cmd, out, err, opt);
+}
+
+int run_engine_child() {
+  constexpr int kRequestFd = 3, kJournalFd = 4;
+  struct stat st {};
+  if (::fstat(kRequestFd, &st) != 0 || !S_ISFIFO(st.st_mode) || ::fstat(kJournalFd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+    std::cerr << "batchcheck: error: " << kEngineChildArg << " is internal: batchcheck scan starts it itself\n";
+    return 2;
+  }
+  std::string request;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(kRequestFd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    request.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(kRequestFd);
+  JournalWriter journal(kJournalFd);
+  const std::string path = module_path();
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    // Typically a limited address space (ulimit -v): LibTorch's libraries need several GiB mapped.
+    journal.error("input", "", "", std::string("cannot load the scan engine (LibTorch): ") + ::dlerror() +
+                                       "; if the address space is limited (ulimit -v), LibTorch needs more");
+    ::_exit(0);
+  }
+  auto fn = reinterpret_cast<EngineChildFn>(::dlsym(handle, kEngineChildSymbol));
+  if (!fn) {
+    journal.error("internal", "", "", path + " has no " + kEngineChildSymbol);
+    ::_exit(0);
+  }
+  ScanModuleResult result;
+  if (fn(&request, kJournalFd, &std::cerr, &result) != kScanModuleOk) journal.error("internal", "", "", result.what);
+  std::cerr.flush();
+  std::fflush(nullptr);
+  // LibTorch's static destructors can hang (CUDA) or crash: nothing is left to do.
+  ::_exit(0);
+}
+
+}  // namespace batchcheck

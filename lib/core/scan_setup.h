@@ -1,0 +1,56 @@
+#pragma once
+// `batchcheck scan` around the replay, torch-free: the command's settings, the config with
+// the command line's overrides, where the report may go, and delivering it. Shared by the
+// supervisor (the batchcheck process) and the in-process scan (tests).
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "core/config.h"
+#include "core/report.h"
+#include "core/scan.h"
+
+namespace batchcheck {
+
+struct ScanCommand {
+  std::string config_path;
+  std::optional<std::string> output_path;  // "-" or unset: stdout
+  FailOn fail_on = FailOn::Error;
+  std::optional<std::string> device;
+  std::optional<Mode> mode;
+  bool edges = false;
+  bool no_backward = false;  // --no-backward
+  std::optional<uint64_t> max_batches;
+  std::optional<uint64_t> rank;
+  std::optional<uint64_t> threads;
+  // --batch-timeout: seconds one step may take; 0 = no limit; unset = automatic.
+  std::optional<double> batch_timeout;
+  int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose
+  bool progress = false;
+  bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
+};
+
+struct ScanOutcome {
+  bool failed = false;    // the verdict
+  bool complete = true;   // false if interrupted
+  int signal = 0;         // the signal that interrupted the scan, if any
+};
+
+// The config with the command line's overrides; refuses a report path that is an input or
+// cannot be written, before any work. Throws InputError.
+Config prepare_scan_config(const ScanCommand& cmd);
+ScanSettings scan_settings(const ScanCommand& cmd);
+
+// Writes the report (stdout or -o, atomically) and the summary. Throws InputError when the
+// report cannot be delivered: a gate whose report was lost must not pass.
+void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostream& out, std::ostream& err);
+
+// Writes `text` to `path` atomically: a temporary file beside it, then rename.
+void write_file_atomically(const std::string& path, const std::string& text);
+// Throws InputError when `output` is the config, the model or a data file of this scan.
+void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg);
+// Throws InputError unless a report can be written at `path`.
+void check_writable(const std::string& path);
+
+}  // namespace batchcheck

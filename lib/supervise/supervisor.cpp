@@ -1,0 +1,328 @@
+#include "supervise/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "core/aggregate.h"
+#include "core/errors.h"
+#include "core/journal.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// SIGINT/SIGTERM reach the poll loop through a pipe; a second one ends the process at once.
+int g_sig_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_signal = 0;
+volatile pid_t g_child = 0;
+
+extern "C" void on_parent_signal(int sig) {
+  if (g_signal != 0) {
+    if (g_child > 0) ::kill(g_child, SIGKILL);
+    std::_Exit(128 + sig);
+  }
+  g_signal = sig;
+  const char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_sig_pipe[1], &c, 1);
+}
+
+class ParentSignals {
+ public:
+  explicit ParentSignals(bool active) : active_(active) {
+    g_signal = 0;
+    if (::pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    // A child that dies while the request is written, or stdout that is a closed pipe:
+    // an error to report, not a signal that kills the gate.
+    sigaction(SIGPIPE, &ign, &old_pipe_);
+    // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed).
+    sigaction(SIGXFSZ, &ign, &old_xfsz_);
+    if (!active_) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_parent_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~ParentSignals() {
+    sigaction(SIGPIPE, &old_pipe_, nullptr);
+    sigaction(SIGXFSZ, &old_xfsz_, nullptr);
+    if (active_) {
+      sigaction(SIGINT, &old_int_, nullptr);
+      sigaction(SIGTERM, &old_term_, nullptr);
+    }
+    ::close(g_sig_pipe[0]);
+    ::close(g_sig_pipe[1]);
+    g_sig_pipe[0] = g_sig_pipe[1] = -1;
+  }
+
+ private:
+  bool active_;
+  struct sigaction old_int_ {}, old_term_ {}, old_pipe_ {}, old_xfsz_ {};
+};
+
+struct Child {
+  pid_t pid = -1;
+  int events = -1;
+};
+
+// Starts the engine child with its request on fd 3 and the journal's write end on fd 4.
+// Its stdout is our stderr: a print() in the model never reaches the report.
+Child spawn(const SupervisorOptions& opt, const std::string& request) {
+  int req[2], ev[2];
+  if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0) {
+    throw std::runtime_error("cannot start the scan engine: " + std::string(std::strerror(errno)));
+  }
+  std::vector<std::string> args = opt.args;
+  args.insert(args.begin(), opt.engine);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("cannot start the scan engine: fork: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);  // the terminal's Ctrl-C is the parent's to handle
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    int r = ::fcntl(req[0], F_DUPFD, 10), e = ::fcntl(ev[1], F_DUPFD, 10);
+    if (r < 0 || e < 0 || ::dup2(r, 3) < 0 || ::dup2(e, 4) < 0 || ::dup2(2, 1) < 0) ::_exit(127);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGPIPE, &dfl, nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(req[0]);
+  ::close(ev[1]);
+  const char* p = request.data();
+  std::size_t left = request.size();
+  while (left > 0) {
+    ssize_t n = ::write(req[1], p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the child died already: its exit status says how
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  ::close(req[1]);
+  return {pid, ev[0]};
+}
+
+// How one child ended.
+struct Ending {
+  int status = 0;
+  bool timed_out = false;
+  bool stopped = false;  // killed after a stop request outlived the grace period
+  std::optional<JournalLine> error;
+  std::string loading;  // the input file it was reading last, before the scan started
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Feeds the child's journal to the aggregator until the child exits.
+Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest) {
+  Ending end;
+  g_child = child.pid;
+  std::string buffer;
+  Clock::time_point last_event = Clock::now();
+  std::optional<Clock::time_point> stop_deadline;
+  bool eof = false;
+  while (!eof) {
+    double limit = 0;  // no limit
+    if (agg.started() && agg.open_step()) {
+      limit = cmd.batch_timeout ? *cmd.batch_timeout : std::max(kTimeoutFloorSeconds, kTimeoutFactor * slowest);
+    }
+    int wait_ms = 1000;
+    if (limit > 0) wait_ms = static_cast<int>(std::clamp((limit - seconds_since(last_event)) * 1000 + 1, 1.0, 1000.0));
+    if (stop_deadline) wait_ms = std::min(wait_ms, 50);
+    pollfd fds[2] = {{child.events, POLLIN, 0}, {g_sig_pipe[0], POLLIN, 0}};
+    int n = ::poll(fds, 2, wait_ms);
+    if (n < 0 && errno != EINTR) break;
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      char drain[16];
+      while (::read(g_sig_pipe[0], drain, sizeof drain) > 0) {
+      }
+    }
+    if (g_signal && !stop_deadline) {
+      // The child stops after its current batch; one that is stuck is killed after the grace period.
+      ::kill(child.pid, SIGINT);
+      stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.grace_seconds));
+    }
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char chunk[65536];
+      ssize_t got = ::read(child.events, chunk, sizeof chunk);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        eof = true;
+      } else {
+        buffer.append(chunk, static_cast<std::size_t>(got));
+        std::size_t pos;
+        while ((pos = buffer.find('\n')) != std::string::npos) {
+          const bool was_started = agg.started();
+          JournalLine line = apply_journal_line(buffer.substr(0, pos), agg);
+          buffer.erase(0, pos + 1);
+          if (line.kind == JournalLine::Kind::Loading) end.loading = line.file;
+          if (line.kind == JournalLine::Kind::Error) end.error = line;
+          // The wait for the first batch includes warming up: it does not set the pace.
+          if (was_started && agg.started()) slowest = std::max(slowest, seconds_since(last_event));
+          last_event = Clock::now();
+        }
+      }
+    }
+    if (stop_deadline && Clock::now() >= *stop_deadline) {
+      ::kill(child.pid, SIGKILL);
+      end.stopped = true;
+      stop_deadline = Clock::time_point::max();
+    }
+    if (!eof && !end.stopped && limit > 0 && seconds_since(last_event) >= limit && agg.open_step()) {
+      ::kill(child.pid, SIGKILL);
+      end.timed_out = true;
+      eof = true;
+    }
+  }
+  ::close(child.events);
+  while (::waitpid(child.pid, &end.status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  return end;
+}
+
+std::string seconds_text(double s) {
+  return format_number(s) + (s == 1 ? " second" : " seconds");
+}
+
+}  // namespace
+
+std::string describe_signal(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV (segmentation fault)";
+    case SIGBUS: return "SIGBUS (bus error)";
+    case SIGABRT: return "SIGABRT (aborted)";
+    case SIGFPE: return "SIGFPE (arithmetic exception)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    case SIGKILL: return "SIGKILL (killed: out of memory?)";
+    default: {
+      const char* name = ::sigabbrev_np(sig);
+      return name ? std::string("SIG") + name : "signal " + std::to_string(sig);
+    }
+  }
+}
+
+ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostream& err, const SupervisorOptions& opt) {
+  ParentSignals signals(cmd.handle_signals);
+  const Config cfg = prepare_scan_config(cmd);
+  ScanCommand child_cmd = cmd;
+  child_cmd.progress = false;  // the parent draws it: it outlives any one child
+  const ScanSettings settings = scan_settings(cmd);
+  Aggregator agg(cfg, settings, err);
+
+  EngineRequest request;
+  request.command = child_cmd;
+  double slowest = 0;
+  unsigned failures_in_a_row = 0;
+  uint64_t last_watermark = 0;
+  ScanEnd scan_end;
+  for (;;) {
+    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest);
+    if (e.error) {
+      if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
+      throw std::runtime_error(e.error->what);
+    }
+    if (g_signal && !agg.started()) {
+      err << "batchcheck: interrupted while loading the model and the data: no report\n";
+      ScanOutcome o;
+      o.complete = false;
+      o.signal = g_signal;
+      return o;
+    }
+    if (g_signal) {
+      agg.abandon_open_steps();
+      scan_end.complete = false;
+      break;
+    }
+    if (agg.finished() && !e.timed_out) {
+      scan_end = agg.end_state();
+      break;
+    }
+    const bool crashed = WIFSIGNALED(e.status) && !e.timed_out;
+    const std::string how = e.timed_out ? "" : crashed ? describe_signal(WTERMSIG(e.status))
+                                                       : "exit status " + std::to_string(WEXITSTATUS(e.status));
+    if (!agg.started()) {
+      if (e.timed_out) throw InternalError("timeout before the scan started");
+      if (!e.loading.empty() && crashed) {
+        const int sig = WTERMSIG(e.status);
+        const char* writer = e.loading != cfg.model.path                ? "torch.save"
+                             : cfg.model.format == ModelFormat::Pt2 ? "torch._inductor.aoti_compile_and_package"
+                                                                     : "torch.jit.save";
+        if (sig == SIGKILL) {
+          throw InputError(e.loading, "", "the process was killed (SIGKILL) while LibTorch read this file: out of memory?");
+        }
+        throw InputError(e.loading, "",
+                         "LibTorch crashed reading this file (" + how.substr(0, how.find(' ')) +
+                             "): the file is corrupt or was not written by " + writer);
+      }
+      throw std::runtime_error("the scan engine ended before the scan started (" + how + ")");
+    }
+    const std::optional<StepInfo> step = agg.open_step();
+    if (!step) {
+      // Between batches (resetting the model for the next rank): nothing to attribute it to.
+      agg.note("the scan engine ended between batches (" + how + "): the report covers the batches before it");
+      scan_end.complete = false;
+      break;
+    }
+    const std::string where = step->probe ? "the probe batch of " + plural(step->size, "sample")
+                                          : "batch " + std::to_string(*step->batch) + " (" + plural(step->size, "sample") + ")";
+    if (e.timed_out) {
+      const double limit = cmd.batch_timeout ? *cmd.batch_timeout : std::max(kTimeoutFloorSeconds, kTimeoutFactor * slowest);
+      agg.fail_open_step("forward-timeout",
+                         where + " ran longer than the batch timeout of " + seconds_text(limit) +
+                             ": forward, loss or backward never finished (an endless loop or a deadlock in the model?); "
+                             "batchcheck stopped it and went on after this batch (--batch-timeout sets the limit)",
+                         {{"timeout_seconds", limit}});
+    } else {
+      agg.fail_open_step("forward-crash",
+                         "the process crashed with " + how + " while checking " + where +
+                             " (forward, loss or backward, inside LibTorch or the model's own code): training dies "
+                             "here the same way; batchcheck went on in a fresh process after this batch",
+                         {{"signal", crashed ? how.substr(0, how.find(' ')) : how}});
+    }
+    failures_in_a_row = agg.watermark() > last_watermark + 1 ? 1 : failures_in_a_row + 1;
+    last_watermark = agg.watermark();
+    if (failures_in_a_row >= opt.max_consecutive_failures) {
+      agg.note(std::to_string(failures_in_a_row) + " batches in a row crashed or timed out: the scan stopped there");
+      scan_end.complete = false;
+      break;
+    }
+    request.resume.start_step = agg.watermark();
+    request.resume.skip = agg.ended_above();
+    request.resume.largest_ok_batch = agg.largest_ok_batch();
+  }
+
+  ScanResult result = agg.result(scan_end);
+  ScanOutcome outcome;
+  outcome.failed = result.failed;
+  outcome.complete = result.complete;
+  outcome.signal = g_signal;
+  deliver_report(cmd, result, out, err);
+  return outcome;
+}
+
+}  // namespace batchcheck
