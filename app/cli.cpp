@@ -31,8 +31,23 @@ uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t 
   return *v;
 }
 
+// Seconds: a non-negative decimal number, at most a week.
+double parse_seconds(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !(v >= 0) || v > 604800) {
+    throw InputError("", flag, "expected seconds (a number from 0 to 604800; 0 = no limit), got \"" + text + "\"");
+  }
+  return v;
+}
+
 struct ScanArgs {
-  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads;
+  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout;
   bool edges = false, quiet = false, verbose = false, no_backward = false;
 };
 
@@ -60,6 +75,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
     cmd.threads = parse_count("--threads", a.threads, 1);
     if (*cmd.threads > 1024) throw InputError("", "--threads", a.threads + " is more than 1024 intra-op threads");
   }
+  if (!a.batch_timeout.empty()) cmd.batch_timeout = parse_seconds("--batch-timeout", a.batch_timeout);
   cmd.edges = a.edges;
   cmd.no_backward = a.no_backward;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
@@ -147,6 +163,10 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)")->type_name("INT");
   scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank")->type_name("INT");
   scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch")->type_name("INT");
+  scan_cmd->add_option("--batch-timeout", sc.batch_timeout,
+                       "a batch that takes longer is stopped and reported (forward-timeout); default: 10x the slowest "
+                       "batch so far, at least 300; 0 = no limit")
+      ->type_name("SECONDS");
   scan_cmd->add_flag("--no-backward", sc.no_backward,
                      "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
   auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");

@@ -1,6 +1,8 @@
 #include "engine/scan_command.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <optional>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -104,6 +106,68 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   return outcome;
 }
 
+namespace {
+
+// BATCHCHECK_TEST_FAULT, for the supervisor's tests: "load:SIG" dies of signal SIG while
+// loading the inputs, "step:N:SIG" when step N begins, "from:N:SIG" when any step from N on
+// begins (SIG: SEGV, ABRT, KILL, BUS, FPE). A real
+// death by that signal: what the supervisor sees is what a crash inside LibTorch gives.
+struct TestFault {
+  std::string where;  // "load", "step" or "from"
+  uint64_t step = 0;
+  int sig = 0;
+};
+
+std::optional<TestFault> test_fault() {
+  const char* v = std::getenv("BATCHCHECK_TEST_FAULT");
+  if (!v) return std::nullopt;
+  std::string s(v);
+  TestFault f;
+  auto colon = s.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  f.where = s.substr(0, colon);
+  std::string rest = s.substr(colon + 1);
+  if (f.where == "step" || f.where == "from") {
+    auto c2 = rest.find(':');
+    if (c2 == std::string::npos) return std::nullopt;
+    f.step = std::stoull(rest.substr(0, c2));
+    rest = rest.substr(c2 + 1);
+  }
+  static const std::pair<const char*, int> names[] = {{"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"KILL", SIGKILL}, {"BUS", SIGBUS}, {"FPE", SIGFPE}};
+  for (const auto& [name, sig] : names) {
+    if (rest == name) f.sig = sig;
+  }
+  if (f.sig == 0) return std::nullopt;
+  return f;
+}
+
+[[noreturn]] void die_of(int sig) {
+  std::signal(sig, SIG_DFL);
+  ::raise(sig);
+  std::_Exit(128 + sig);
+}
+
+class FaultSink : public ScanSink {
+ public:
+  FaultSink(ScanSink& inner, const std::optional<TestFault>& fault) : inner_(inner), fault_(fault) {}
+  void start(const ScanStart& s) override { inner_.start(s); }
+  void begin(const StepInfo& s, const std::vector<int64_t>& indices) override {
+    inner_.begin(s, indices);
+    if (fault_ && ((fault_->where == "step" && fault_->step == s.step) || (fault_->where == "from" && s.step >= fault_->step))) {
+      die_of(fault_->sig);
+    }
+  }
+  void record(RecordEvent&& r) override { inner_.record(std::move(r)); }
+  void end(const StepEnd& e) override { inner_.end(e); }
+  void finish(const ScanEnd& e) override { inner_.finish(e); }
+
+ private:
+  ScanSink& inner_;
+  const std::optional<TestFault>& fault_;
+};
+
+}  // namespace
+
 void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   tune_allocator_for_batches();
   const EngineRequest req = decode_request(request);
@@ -112,11 +176,16 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   try {
     Config cfg = prepare_scan_config(cmd);
     BackendOptions bo = backend_options(cmd, cfg);
-    bo.loading = [&journal](const std::string& file) { journal.loading(file); };
+    const std::optional<TestFault> fault = test_fault();
+    bo.loading = [&journal, &fault](const std::string& file) {
+      journal.loading(file);
+      if (fault && fault->where == "load") die_of(fault->sig);
+    };
     auto backend = make_torch_backend(cfg, bo);
     const ScanSettings settings = engine_settings(cmd);
     SignalScope signals(cmd.handle_signals);
-    replay(cfg, settings, *backend, sampler_order, journal, err, req.resume);
+    FaultSink sink(journal, fault);
+    replay(cfg, settings, *backend, sampler_order, sink, err, req.resume);
   } catch (const InputError& e) {
     journal.error("input", e.file(), e.where(), e.detail());
   }
