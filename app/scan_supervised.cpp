@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/journal.h"
@@ -53,12 +54,12 @@ int run_engine_child() {
     return 2;
   }
   std::string request;
-  char buf[65536];
+  std::vector<char> buf(1 << 16);  // on the heap: `ulimit -s` may be small
   for (;;) {
-    ssize_t n = ::read(kRequestFd, buf, sizeof buf);
+    ssize_t n = ::read(kRequestFd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    request.append(buf, static_cast<std::size_t>(n));
+    request.append(buf.data(), static_cast<std::size_t>(n));
   }
   ::close(kRequestFd);
   JournalWriter journal(kJournalFd);

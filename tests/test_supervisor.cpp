@@ -166,21 +166,6 @@ TEST(Supervisor, CrashWhileLoadingIsOneLineAndExit2) {
   EXPECT_EQ(line_count(r.err), 1);
 }
 
-TEST(Supervisor, PrintInTheModelGoesToStderr) {
-  Workspace w("sup-print");
-  w.inputs(4, 3).float_targets(std::vector<float>(4, 0.0f))
-      .model("def forward(self, x):\n    print(\"hello from forward\")\n    return x.sum(1, keepdim=True)\n");
-  w.write_config();
-  const std::string log = w.file("err.log");
-  CommandResult r = run_command("env ASAN_OPTIONS=detect_leaks=0 '" + kBin + "' scan '" + w.file("cfg.json") + "' -q 2>'" + log + "'");
-  EXPECT_EQ(r.status, 0);
-  Json report = Json::parse(r.output);  // stdout is the report and nothing else
-  EXPECT_EQ(report["verdict"], "pass");
-  std::ifstream e(log);
-  std::string err((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
-  EXPECT_NE(err.find("hello from forward"), std::string::npos);
-}
-
 TEST(Supervisor, SigintDuringAnEndlessForwardExits130WithinTwoSeconds) {
   Workspace w("sup-sigint");
   endless_setup(w);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,7 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
   Ending end;
   g_child = child.pid;
   std::string buffer;
+  std::vector<char> chunk(1 << 16);  // on the heap: `ulimit -s` may be small
   Clock::time_point last_event = Clock::now();
   std::optional<Clock::time_point> stop_deadline;
   bool eof = false;
@@ -167,13 +169,12 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
       stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.grace_seconds));
     }
     if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-      char chunk[65536];
-      ssize_t got = ::read(child.events, chunk, sizeof chunk);
+      ssize_t got = ::read(child.events, chunk.data(), chunk.size());
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         eof = true;
       } else {
-        buffer.append(chunk, static_cast<std::size_t>(got));
+        buffer.append(chunk.data(), static_cast<std::size_t>(got));
         std::size_t pos;
         while ((pos = buffer.find('\n')) != std::string::npos) {
           const bool was_started = agg.started();
@@ -203,6 +204,19 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
   }
   g_child = 0;
   return end;
+}
+
+// A stack or address-space limit small enough to crash LibTorch, said in the error.
+std::string limits_note() {
+  rlimit stack{}, as{};
+  std::string note;
+  if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY && stack.rlim_cur < (rlim_t{8} << 20)) {
+    note += "; the stack is limited to " + std::to_string(stack.rlim_cur >> 10) + " KiB (ulimit -s), which can crash LibTorch";
+  }
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    note += "; the address space is limited to " + std::to_string(as.rlim_cur >> 20) + " MiB (ulimit -v)";
+  }
+  return note;
 }
 
 std::string seconds_text(double s) {
@@ -275,9 +289,14 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
         if (sig == SIGKILL) {
           throw InputError(e.loading, "", "the process was killed (SIGKILL) while LibTorch read this file: out of memory?");
         }
+        const std::string limits = limits_note();
         throw InputError(e.loading, "",
                          "LibTorch crashed reading this file (" + how.substr(0, how.find(' ')) +
-                             "): the file is corrupt or was not written by " + writer);
+                             (limits.empty() ? "): the file is corrupt or was not written by " + std::string(writer)
+                                             : ")" + limits));
+      }
+      if (!limits_note().empty()) {
+        throw InputError("", "", "the scan engine died while starting (" + how + ")" + limits_note());
       }
       throw std::runtime_error("the scan engine ended before the scan started (" + how + ")");
     }
