@@ -87,7 +87,7 @@ TEST(Resources, AddressSpaceLimitIsExit2WithOneLine) {
   if (kAsan) GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: ulimit -v cannot apply";
   Workspace w("res-as");
   setup(w);
-  LimitRun r = scan(w, "ulimit -v 1000000", w.file("report.json"));
+  LimitRun r = scan(w, "ulimit -v 300000", w.file("report.json"));
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("ulimit -v"), std::string::npos) << r.err;
