@@ -23,6 +23,13 @@ std::string error_of(const std::string& text) {
 }
 
 // kMinimal with one section replaced.
+// 66 probe sizes: more than kMaxProbeSizes.
+std::string many_probes() {
+  std::string s = "{\"probe_batch_sizes\": [1";
+  for (int i = 0; i < 65; ++i) s += ", 1";
+  return s + "]}";
+}
+
 std::string with(const std::string& section, const std::string& body) {
   std::string model = R"("model": {"path": "m.pt"})";
   std::string data = R"("data": {"inputs": "x.npy", "targets": "y.npy"})";
@@ -147,6 +154,8 @@ TEST(ConfigErrors, ExactMessages) {
        R"(batchcheck: error: cfg.json: checks.target_range[1]: expected a number, got "1")"},
       {with("checks", R"({"probe_batch_sizes": [1, 0]})"),
        "batchcheck: error: cfg.json: checks.probe_batch_sizes[1]: expected a positive integer, got 0"},
+      {with("checks", many_probes()),
+       "batchcheck: error: cfg.json: checks.probe_batch_sizes: at most 64 probe sizes, got 66"},
       {with("device", R"("gpu")"),
        R"(batchcheck: error: cfg.json: device: unknown device "gpu" (expected cpu, cuda, cuda:N or auto))"},
       {with("model", R"({"mode": "train"})"), "batchcheck: error: cfg.json: model.path: missing required key"},

@@ -156,3 +156,27 @@ TEST(Resources, TwoScansWritingOneReportLeaveOneWholeReport) {
   EXPECT_EQ(report["verdict"], "pass");
   EXPECT_TRUE(leftovers(std::filesystem::path(out).parent_path()).empty());
 }
+
+TEST(Resources, BatchLargerThanMemoryIsExit2NamingTheSize) {
+  if (kAsan) GTEST_SKIP() << "AddressSanitizer aborts on a 64 GiB allocation instead of failing it";
+  Workspace w("res-oom");
+  w.model("def forward(self, x):\n    return x\n");
+  // Rows of 16 GiB (float32 x 2^32), batches of 4: 64 GiB each, in a sparse file.
+  const std::string path = w.file("x.npy");
+  {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4294967296), }";
+    while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+    dict += '\n';
+    std::ofstream out(path, std::ios::binary);
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(dict.size() & 0xff) << static_cast<char>(dict.size() >> 8) << dict;
+  }
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) + (uint64_t{4} << 34));
+  std::ofstream(w.file("cfg.json")) << R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 4},
+                                         "loss": {"type": "none"}, "checks": {"probe_batch_sizes": []}})";
+  LimitRun r = scan(w, "ulimit -v 33554432", w.file("report.json"));  // 32 GiB of address space
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("batchcheck: error: x.npy: a batch of 4 samples needs 65536 MiB and allocating it failed (", 0), 0u)
+      << r.err;
+  EXPECT_NE(r.err.find("): not enough memory (RAM, or the limit of ulimit -v) for this batch size\n"), std::string::npos) << r.err;
+  EXPECT_TRUE(one_error_line(r.err)) << r.err;
+}

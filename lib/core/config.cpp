@@ -205,7 +205,13 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
   c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
-  if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
+  if (auto p = c.uint_list("probe_batch_sizes", 1)) {
+    // Each probe is a forward on a fresh model: a list this long is a mistake, not a plan.
+    if (p->size() > kMaxProbeSizes) {
+      c.fail("probe_batch_sizes", "at most " + std::to_string(kMaxProbeSizes) + " probe sizes, got " + std::to_string(p->size()));
+    }
+    out.probe_batch_sizes = *p;
+  }
   out.max_batches = c.uint("max_batches").value_or(0);
   out.backward = c.boolean("backward");
   if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {

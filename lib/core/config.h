@@ -82,6 +82,8 @@ struct LossConfig {
   double beta = 1.0;               // smooth_l1
 };
 
+constexpr std::size_t kMaxProbeSizes = 64;
+
 struct ChecksConfig {
   std::optional<Range> output_range, target_range;
   std::vector<uint64_t> probe_batch_sizes{1};

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "core/error_text.h"
 #include "core/errors.h"
 #include "core/file_kind.h"
 #include "core/files.h"
@@ -52,7 +53,20 @@ class NpySource : public DataSource {
     std::vector<int64_t> shape{static_cast<int64_t>(indices.size())};
     for (std::size_t i = 1; i < f->header().shape.size(); ++i) shape.push_back(static_cast<int64_t>(f->header().shape[i]));
     // Read straight into the tensor's storage: no intermediate copy.
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_dtype(f->header().dtype)));
+    const at::ScalarType dtype = torch_dtype(f->header().dtype);
+    at::Tensor t;
+    try {
+      t = at::empty(shape, at::TensorOptions().dtype(dtype));
+    } catch (const c10::Error& e) {
+      // The machine's limit, not a bug: say how much one batch needs.
+      long double bytes = static_cast<long double>(c10::elementSize(dtype));
+      for (int64_t d : shape) bytes *= static_cast<long double>(d);
+      throw InputError(f->display(), "",
+                       "a batch of " + plural(indices.size(), "sample") + " needs " +
+                           format_number(static_cast<double>(bytes / (1024.0L * 1024.0L))) +
+                           " MiB and allocating it failed (" + parse_error_text(e.what()).message +
+                           "): not enough memory (RAM, or the limit of ulimit -v) for this batch size");
+    }
     f->read_rows(indices, t.data_ptr());
     return t;
   }
