@@ -111,7 +111,10 @@ TEST(Signals, SecondSignalExitsAtOnceWithoutAReport) {
   w.model("def forward(self, x):\n    for i in range(3000):\n        x = torch.tanh(x)\n    return x.sum(1, keepdim=True)\n");
   w.write_config();
   Child c = start(w);
-  ASSERT_TRUE(wait_for(c, "checking 1 batches"));  // the handlers are installed, the long forward runs
+  ASSERT_TRUE(wait_for(c, "checking 1 batches"));  // the handlers are installed
+  // The engine child announces the scan before its batch: give it time to be inside the
+  // long forward, so that the first signal cannot end the scan on its own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
   kill(c.pid, SIGINT);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kill(c.pid, SIGINT);
