@@ -136,6 +136,11 @@ struct Ending {
   std::string loading;  // the input file it was reading last, before the scan started
 };
 
+// --batch-timeout, or the automatic limit: what the watcher enforces and the finding says.
+double batch_limit(const ScanCommand& cmd, double slowest) {
+  return cmd.batch_timeout ? *cmd.batch_timeout : std::max(kTimeoutFloorSeconds, kTimeoutFactor * slowest);
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Feeds the child's journal to the aggregator until the child exits.
@@ -150,7 +155,7 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
   while (!eof) {
     double limit = 0;  // no limit
     if (agg.started() && agg.open_step()) {
-      limit = cmd.batch_timeout ? *cmd.batch_timeout : std::max(kTimeoutFloorSeconds, kTimeoutFactor * slowest);
+      limit = batch_limit(cmd, slowest);
     }
     int wait_ms = 1000;
     if (limit > 0) wait_ms = static_cast<int>(std::clamp((limit - seconds_since(last_event)) * 1000 + 1, 1.0, 1000.0));
@@ -295,8 +300,8 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
                              (limits.empty() ? "): the file is corrupt or was not written by " + std::string(writer)
                                              : ")" + limits));
       }
-      if (!limits_note().empty()) {
-        throw InputError("", "", "the scan engine died while starting (" + how + ")" + limits_note());
+      if (const std::string limits = limits_note(); !limits.empty()) {
+        throw InputError("", "", "the scan engine died while starting (" + how + ")" + limits);
       }
       throw std::runtime_error("the scan engine ended before the scan started (" + how + ")");
     }
@@ -310,7 +315,7 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
     const std::string where = step->probe ? "the probe batch of " + plural(step->size, "sample")
                                           : "batch " + std::to_string(*step->batch) + " (" + plural(step->size, "sample") + ")";
     if (e.timed_out) {
-      const double limit = cmd.batch_timeout ? *cmd.batch_timeout : std::max(kTimeoutFloorSeconds, kTimeoutFactor * slowest);
+      const double limit = batch_limit(cmd, slowest);
       agg.fail_open_step("forward-timeout",
                          where + " ran longer than the batch timeout of " + seconds_text(limit) +
                              ": forward, loss or backward never finished (an endless loop or a deadlock in the model?); "
