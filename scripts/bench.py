@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The performance harness of issue 5. Runs, side by side on this machine:
-  (a) batchcheck scan, (b) the bare LibTorch loop (the floor), (c) the Python replay,
+  (a) batchcheck scan (and the same scan in one process, without the supervisor), (b) the bare
+  LibTorch loop (the floor), (c) the Python replay,
 on the P1 (tabular) and P2 (segmentation) workloads, and prints whole-process wall time,
 CPU time and peak RSS (median of --runs), the ratios and the targets.
 Needs no torch itself; program (c) runs with /usr/bin/python3 and python3-torch.
@@ -47,6 +48,7 @@ def main():
     args = ap.parse_args()
 
     scan = os.path.join(args.build, "app", "batchcheck")
+    inproc = os.path.join(args.build, "bench", "bench_scan_in_process")
     bare = os.path.join(args.build, "bench", "bench_bare_loop")
     replay = os.path.join(ROOT, "bench", "python_replay.py")
     subprocess.run([os.path.join(args.build, "bench", "bench_make_workloads"), args.data], check=True)
@@ -57,6 +59,7 @@ def main():
         # "scan" is the default (train mode: forward, loss, backward); "scan --no-backward" the
         # forward-only scan. Each has its floor: bare --tuned --backward and bare --tuned.
         cmds = {(w, "scan"): [scan, "scan", cfg, "-q"], (w, "scan --no-backward"): [scan, "scan", cfg, "-q", "--no-backward"],
+                (w, "scan in-process"): [inproc, "scan", cfg, "-q"],
                 (w, "bare"): [bare, cfg], (w, "bare --tuned"): [bare, cfg, "--tuned"],
                 (w, "bare --tuned --bwd"): [bare, cfg, "--tuned", "--backward"]}
         if not args.no_python:
@@ -89,6 +92,9 @@ def main():
         target(f"{w} scan / bare loop --tuned --backward (wall)", rows[(w, "scan")][0] / rows[(w, "bare --tuned --bwd")][0], 1.10)
         target(f"{w} scan --no-backward / bare loop --tuned (wall)",
                rows[(w, "scan --no-backward")][0] / rows[(w, "bare --tuned")][0], 1.10)
+        # The supervisor (engine child, journal pipe, aggregation in the parent) against the same
+        # scan in one process.
+        target(f"{w} scan / scan in-process (wall)", rows[(w, "scan")][0] / rows[(w, "scan in-process")][0], 1.05)
         print(f"        ({w} scan --no-backward / plain bare loop: {rows[(w, 'scan --no-backward')][0] / rows[(w, 'bare')][0]:.3f})")
     if not args.no_python:
         target("p1 scan --no-backward / python replay (wall)", rows[("p1", "scan --no-backward")][0] / rows[("p1", "python")][0], 0.45)

@@ -1,17 +1,16 @@
 #include "core/replay.h"
 
 #include <algorithm>
-#include <cmath>
 #include <future>
 #include <memory>
 #include <set>
 #include <tuple>
 
-#include "core/classify.h"
 #include "core/contract.h"
 #include "core/errors.h"
-#include "core/export_guard.h"
 #include "core/findings.h"
+#include "core/forward_stage.h"
+#include "core/loss_stage.h"
 #include "core/text.h"
 #include "core/value_findings.h"
 #include "core/worker.h"
@@ -141,45 +140,15 @@ StepEnd Replayer::step_end(const BatchContext& ctx, bool forward_ok) const {
 }
 
 void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd) {
-  const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
-  std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, ctx.size(), largest_ok_batch_);
-  nlohmann::ordered_json ev = {{"error", fwd.error}};
-  if (!fwd.location.empty()) ev["location"] = fwd.location;
-  if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
-  if (largest_ok_batch_) ev["largest_ok_batch_size"] = largest_ok_batch_;
-  if (id == "batchnorm-single-value" && !model_.batchnorm_modules.empty()) {
-    ev["batchnorm_modules"] = model_.batchnorm_modules;
-  }
-  const std::string cuda = cuda_equivalent_of_forward_error(fwd.error);
-  std::string msg;
+  ForwardFailureContext fc;
+  fc.batch_size = ctx.size();
+  fc.largest_ok_batch = largest_ok_batch_;
   const TensorMeta in = backend_.meta(Slot::Input);
-  if (in.present && in.dtype == "float64" && is_dtype_mismatch_error(fwd.error)) {
-    // The classic: float64 numpy data into a float32 model.
-    ev["cause"] = "input-dtype";
-    ev["input_dtype"] = in.dtype;
-    msg = "the inputs are float64 but the model computes in float32; forward raised on a batch of " +
-          plural(ctx.size(), "sample") + ": " + fwd.error;
-  } else if (guard) {
-    static const char* kinds[] = {"min", "max", "size", "stride", "dtype", "device"};
-    ev["guard"] = {{"input", guard->input}, {"dim", guard->dim}, {"check", kinds[static_cast<int>(guard->kind)]},
-                   {"expected", guard->expected}, {"got", guard->got}};
-    // AOTInductor skips these checks unless AOTI_RUNTIME_CHECK_INPUTS is set (batchcheck sets it).
-    msg = describe_export_guard(*guard, ctx.size()) +
-          "; in training, AOTInductor runs its compiled code on this batch unchecked (the checks run only with "
-          "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
-  } else if (id == "cuda-device-assert") {
-    device_lost_ = true;
-    msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error +
-          "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
-  } else if (id == "batchnorm-single-value") {
-    msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error;
-  } else if (id == "hardcoded-batch-size") {
-    msg = "forward runs at batch size " + std::to_string(largest_ok_batch_) + " but fails at " +
-          std::to_string(ctx.size()) + " with a shape error: " + fwd.error;
-  } else {
-    msg = "forward raised on a batch of " + plural(ctx.size(), "sample") + ": " + fwd.error;
-  }
-  record(ctx, id, "forward", msg, ev, all_rows(ctx.size()), ctx.size(), cuda);
+  if (in.present) fc.input_dtype = in.dtype;
+  fc.batchnorm_modules = model_.batchnorm_modules;
+  Emitted e = forward_failure(fwd, fc);
+  if (e.id == "cuda-device-assert") device_lost_ = true;
+  apply(ctx, {e});
 }
 
 void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
@@ -255,23 +224,9 @@ std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const Contrac
   }
   if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
 
-  LossResult loss = view.loss(cfg_.loss);
-  const std::vector<uint64_t> all = all_rows(ctx.size());
-  if (!loss.ok) {
-    out.push_back({"loss-error", "loss", std::string(to_string(cfg_.loss.type)) + " raised: " + loss.error,
-                   {{"error", loss.error}}, all, ctx.size(), ""});
-  } else if (loss.nonfinite) {
-    std::string why;
-    if (plan.class_targets && cfg_.loss.reduction == Reduction::Mean && target_stats &&
-        target_stats->ignored == target_stats->elements) {
-      why = ": every target equals ignore_index " + std::to_string(cfg_.loss.ignore_index) +
-            ", and the mean over zero elements is NaN";
-    }
-    out.push_back({"loss-nonfinite", "loss",
-                   std::string(to_string(cfg_.loss.type)) + " loss is " + format_number(loss.value) + why,
-                   {{"loss", std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value))},
-                    {"nonfinite_elements", loss.nonfinite}},
-                   all, ctx.size(), ""});
+  const LossResult loss = view.loss(cfg_.loss);
+  if (auto e = loss_finding(loss, cfg_.loss, ctx.size(), plan.class_targets && target_stats ? &*target_stats : nullptr)) {
+    out.push_back(std::move(*e));
   }
   return out;
 }
@@ -290,31 +245,10 @@ void Replayer::collect_pending() {
 }
 
 void Replayer::run_backward(const BatchContext& ctx) {
-  BackwardResult b = backend_.backward();
-  if (!b.ok) {
-    nlohmann::ordered_json ev = {{"error", b.error}};
-    if (!b.location.empty()) ev["location"] = b.location;
-    if (!b.traceback.empty()) ev["traceback"] = b.traceback;
-    if (is_device_assert(b.error)) device_lost_ = true;
-    record(ctx, device_lost_ ? "cuda-device-assert" : "backward-error", "backward",
-           "loss.backward() raised on a batch of " + plural(ctx.size(), "sample") + " (forward and loss succeeded): " + b.error +
-               (device_lost_ ? "; the device is unusable after it, so the scan stopped here" : ""),
-           ev, all_rows(ctx.size()), ctx.size());
-    return;
+  if (auto e = backward_finding(backend_.backward(), ctx.size())) {
+    if (e->id == "cuda-device-assert") device_lost_ = true;
+    apply(ctx, {*e});
   }
-  if (b.nonfinite_total == 0) return;
-  nlohmann::ordered_json params = nlohmann::ordered_json::array();
-  std::vector<std::string> names;
-  for (const auto& g : b.nonfinite) {
-    params.push_back({{"name", g.name}, {"elements", g.elements}, {"nan", g.nan}, {"inf", g.inf}});
-    if (names.size() < 3) names.push_back(g.name + " (" + nonfinite_text(g.nan, g.inf, ", ") + ")");
-  }
-  std::string more = b.nonfinite_total > names.size() ? " and " + std::to_string(b.nonfinite_total - names.size()) + " more" : "";
-  record(ctx, "gradient-nonfinite", "backward",
-         "loss.backward() on a batch of " + plural(ctx.size(), "sample") + " gave non-finite gradients to " +
-             plural(b.nonfinite_total, "parameter") + ": " + join(names) + more +
-             "; one optimizer step would write NaN/Inf into the weights",
-         {{"parameters", params}, {"nonfinite_parameters", b.nonfinite_total}}, all_rows(ctx.size()), ctx.size());
 }
 
 void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
@@ -334,9 +268,6 @@ void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
          "this epoch returns NaN",
          {{"batchnorm_modules", fresh}, {"nonfinite_running_stats", true}}, {0}, 1);
 }
-
-// Probes: batches of the given sizes from the start of the dataset, on the model exactly
-// as loaded from its file (no running statistics from the replay's batches).
 
 // Probes: batches of the given sizes from the start of the dataset, on the model exactly
 // as loaded from its file (no running statistics from the replay's batches).

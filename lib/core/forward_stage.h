@@ -1,0 +1,24 @@
+#pragma once
+// The forward stage's failure: a forward that raised becomes one finding over the whole batch,
+// classified by what the error says and what the scan knows (the largest batch size that ran,
+// the input's dtype, the model's BatchNorm modules). Pure: unit-tested on error strings.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/value_findings.h"
+
+namespace batchcheck {
+
+struct ForwardFailureContext {
+  uint64_t batch_size = 0;
+  uint64_t largest_ok_batch = 0;  // 0 when no forward has succeeded yet
+  std::string input_dtype;        // empty when the input's meta is unknown
+  std::vector<std::string> batchnorm_modules;
+};
+
+// id "cuda-device-assert" means the device is lost: nothing after it can run.
+Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
+
+}  // namespace batchcheck
