@@ -43,6 +43,14 @@ ScanOutcome run_scan_entry(const ScanCommand& cmd, std::ostream& out, std::ostre
   opt.engine = self_exe();
   if (opt.engine.empty()) throw std::runtime_error("cannot find the batchcheck executable (/proc/self/exe)");
   opt.args = {kEngineChildArg};
+  // LibTorch's own log lines (glog in Debian's build, with its "Logging before
+  // InitGoogleLogging()" banner; c10's in pip's) would break the one-line error contract: off
+  // unless -v. The engine child inherits it (c10::initLogging); a user's own setting wins.
+  // glog (LibTorch 1.13) takes its level from GLOG_minloglevel when it is loaded.
+  if (cmd.verbosity <= 0) {
+    ::setenv("TORCH_CPP_LOG_LEVEL", "FATAL", 0);
+    ::setenv("GLOG_minloglevel", "3", 0);
+  }
   return supervise_scan(cmd, out, err, opt);
 }
 

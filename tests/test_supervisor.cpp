@@ -209,3 +209,18 @@ TEST(Supervisor, SigintDuringAnEndlessForwardExits130WithinTwoSeconds) {
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   }
 }
+
+TEST(Supervisor, LibTorchsOwnLogLinesStayOffStderrUnlessVerbose) {
+  Workspace w("sup-log");
+  plain_setup(w);
+  BinaryRun quiet = run_binary(w, "", "BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("batchcheck test: a LibTorch"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.find("InitGoogleLogging"), std::string::npos) << quiet.err;
+  BinaryRun verbose = run_binary(w, "-v", "BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_EQ(verbose.code, 0) << verbose.err;
+  EXPECT_NE(verbose.err.find("batchcheck test: a LibTorch warning"), std::string::npos) << verbose.err;
+  // The user's own setting wins.
+  BinaryRun asked = run_binary(w, "", "TORCH_CPP_LOG_LEVEL=WARNING GLOG_minloglevel=0 BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_NE(asked.err.find("batchcheck test: a LibTorch error"), std::string::npos) << asked.err;
+}

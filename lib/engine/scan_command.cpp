@@ -22,6 +22,8 @@
 #include "engine/permutation.h"
 #include "engine/torch_backend.h"
 
+#include <c10/util/Logging.h>
+
 namespace batchcheck {
 
 namespace {
@@ -112,6 +114,7 @@ namespace {
 // loading the inputs, "step:N:SIG" when step N begins, "from:N:SIG" when any step from N on
 // begins (SIG: SEGV, ABRT, KILL, BUS, FPE). A real
 // death by that signal: what the supervisor sees is what a crash inside LibTorch gives.
+// "log:" logs a warning and an error through LibTorch's own logging (glog or c10's).
 struct TestFault {
   std::string where;  // "load", "step" or "from"
   uint64_t step = 0;
@@ -127,6 +130,7 @@ std::optional<TestFault> test_fault() {
   if (colon == std::string::npos) return std::nullopt;
   f.where = s.substr(0, colon);
   std::string rest = s.substr(colon + 1);
+  if (f.where == "log") return f;
   if (f.where == "step" || f.where == "from") {
     auto c2 = rest.find(':');
     if (c2 == std::string::npos) return std::nullopt;
@@ -170,6 +174,9 @@ class FaultSink : public ScanSink {
 
 void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   tune_allocator_for_batches();
+  // LibTorch reads TORCH_CPP_LOG_LEVEL (which the supervisor sets) only here, for glog and
+  // c10's own logger alike; Python's torch calls it at import, LibTorch never does.
+  c10::initLogging();
   const EngineRequest req = decode_request(request);
   const ScanCommand& cmd = req.command;
   JournalWriter journal(event_fd);
@@ -180,6 +187,10 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
     bo.loading = [&journal, &fault](const std::string& file) {
       journal.loading(file);
       if (fault && fault->where == "load") die_of(fault->sig);
+      if (fault && fault->where == "log") {
+        LOG(WARNING) << "batchcheck test: a LibTorch warning";
+        LOG(ERROR) << "batchcheck test: a LibTorch error";
+      }
     };
     auto backend = make_torch_backend(cfg, bo);
     const ScanSettings settings = engine_settings(cmd);
