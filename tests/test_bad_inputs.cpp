@@ -220,11 +220,11 @@ std::vector<BadInput> catalogue() {
       {"pt missing key", pt_data({{"images", {8, 3}}, {"targets", {8, 1}}}), 2,
        "batchcheck: error: d.pt: key \"inputs\": missing from the saved dict (keys: images, targets)"},
       {"pt value not a tensor", pt_data({{"inputs", {8, 3}}, {"targets", {}, false}}), 2,
-       "batchcheck: error: d.pt: key \"targets\": is not a tensor (got an int)"},
+       "batchcheck: error: d.pt: key \"targets\": is not a tensor or a list of per-sample tensors (got an int)"},
       {"pt different lengths", pt_data({{"inputs", {8, 3}}, {"targets", {6, 1}}}), 2,
        "batchcheck: error: d.pt: inputs hold 8 samples but targets hold 6; they must have the same count"},
       {"pt tuple of three", pt_data({{"a", {8, 3}}, {"b", {8, 1}}, {"c", {8}}}, true), 2,
-       "batchcheck: error: d.pt: expected a tuple or list of (inputs, targets), got 3 elements"},
+       "batchcheck: error: d.pt: expected a tuple or list of (inputs, targets), or a list of per-sample (input, target) records, got 3 elements"},
       // --- flags ---
       {"unknown --fail-on", on_valid([](Workspace&) {}, {"--fail-on", "warnings"}), 2,
        "batchcheck: error: --fail-on: unknown level \"warnings\"; did you mean \"warning\"? (expected error, warning, info or never)"},

@@ -228,3 +228,31 @@ TEST(Config, NulInAPathIsAnError) {
   EXPECT_EQ(error_of(with("model", R"({"path": "m\u0000.pt"})")),
             "batchcheck: error: cfg.json: model.path: contains a NUL character (\\u0000)");
 }
+
+TEST(Config, CollateDefaultOrPadPerField) {
+  Config d = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": "default"})"), "/base");
+  EXPECT_FALSE(d.loader.collate.pads());
+  Config p = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 0, "targets": -100}, "pad_to_multiple_of": 8}})"), "/base");
+  EXPECT_EQ(p.loader.collate.pad_inputs, 0.0);
+  EXPECT_EQ(p.loader.collate.pad_targets, -100.0);
+  EXPECT_EQ(p.loader.collate.pad_to_multiple_of, 8u);
+  Config only = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 1.5}}})"), "/base");
+  EXPECT_EQ(only.loader.collate.pad_inputs, 1.5);
+  EXPECT_FALSE(only.loader.collate.pad_targets);
+  EXPECT_EQ(only.loader.collate.pad_to_multiple_of, 1u);
+
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": "pad"})")),
+            "batchcheck: error: cfg.json: loader.collate: a padding collate needs each padded field's value: {\"pad\": {\"inputs\": 0}}");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": "defualt"})")),
+            "batchcheck: error: cfg.json: loader.collate: unknown value \"defualt\"; did you mean \"default\"?");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {"input": 0}}})")),
+            "batchcheck: error: cfg.json: loader.collate.pad.input: unknown key; did you mean \"inputs\"?");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {}}})")),
+            "batchcheck: error: cfg.json: loader.collate.pad: name a field to pad with its padding value, e.g. {\"inputs\": 0}");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad_to_multiple_of": 8}})")),
+            "batchcheck: error: cfg.json: loader.collate.pad_to_multiple_of: only used with \"pad\" (the lengths of padded fields are rounded up)");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 0}, "pad_to_multiple_of": 0}})")),
+            "batchcheck: error: cfg.json: loader.collate.pad_to_multiple_of: expected a positive integer, got 0");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": 3})")),
+            "batchcheck: error: cfg.json: loader.collate: expected \"default\" or an object such as {\"pad\": {\"inputs\": 0}}, got 3");
+}

@@ -107,8 +107,23 @@ TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
        V{"trace-in-scan-mode", "script-instead"}},
       {"float64 inputs", seed, "forward-error", 8, 0, Severity::Error, J{{"cause", "input-dtype"}},
        V{"cast-inputs", "reproduce"}},
+      {"ragged samples through default_collate", seed, "collate-error", 8, 3, Severity::Error,
+       J{{"field", "inputs"}, {"collate", "default"}}, V{"pad-collate-variable-length", "reproduce"}},
+      {"pad_sequence on unequal trailing dims", seed, "collate-error", 8, 3, Severity::Error,
+       J{{"field", "inputs"}, {"collate", "pad"}}, V{"same-trailing-dims", "reproduce"}},
   };
   for (const auto& c : cases) EXPECT_EQ(fix_ids(c), c.fixes) << c.name;
+}
+
+TEST(Fixes, PadCollateFixIsTheConfigBatchcheckThenChecks) {
+  const LoaderCase seed;
+  Finding f;
+  fix_ids({"targets", seed, "collate-error", 8, 3, Severity::Error, J{{"field", "targets"}, {"collate", "default"}}, {}}, &f);
+  EXPECT_EQ(f.fixes[0].code,
+            "DataLoader(..., collate_fn=lambda b: (default_collate([x for x, _ in b]), pad_sequence([y for _, y in b], "
+            "batch_first=True, padding_value=-100)))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": "
+            "{\"targets\": -100}}}");
+  EXPECT_EQ(f.fixes[0].tradeoff, "the padding value must be ignored by the loss (ignore_index=-100)");
 }
 
 TEST(Fixes, InplaceBackwardErrorNamesTheOutOfPlaceFix) {

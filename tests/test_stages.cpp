@@ -2,6 +2,7 @@
 // user reads, the evidence, and which failures lose the device.
 #include <gtest/gtest.h>
 
+#include "core/collate_stage.h"
 #include "core/forward_stage.h"
 #include "core/loss_stage.h"
 
@@ -114,4 +115,34 @@ TEST(BackwardStage, NamesTheFirstParametersAndCountsTheRest) {
                         "needed for gradient computation has been modified by an inplace operation");
   failed.error = "CUDA error: device-side assert triggered";
   EXPECT_EQ(backward_finding(failed, 8)->id, "cuda-device-assert");
+}
+
+TEST(CollateStage, NamesTheCollateTheFieldAndTheShapes) {
+  CollateFailure f;
+  f.field = "inputs";
+  f.error = "stack expects each tensor to be equal size, but got [5] at entry 0 and [7] at entry 2";
+  f.shapes = {{{5}, 2}, {{7}, 1}, {{5, 2}, 1}};
+  f.rows = {0, 2, 3};
+  Emitted e = collate_finding(f, CollateConfig{});
+  EXPECT_EQ(e.id, "collate-error");
+  EXPECT_EQ(e.stage, "collate");
+  EXPECT_EQ(e.message,
+            "default_collate cannot put this batch's inputs together: stack expects each tensor to be equal size, but got "
+            "[5] at entry 0 and [7] at entry 2; the samples' shapes: [5] x2, [7], [5, 2]; the DataLoader raises this at "
+            "this batch (samples of unequal size need a padding collate_fn)");
+  EXPECT_EQ(e.rows, (std::vector<uint64_t>{0, 2, 3}));
+  EXPECT_EQ(e.total, 3u);
+  EXPECT_EQ(e.evidence["collate"], "default");
+  EXPECT_EQ(e.evidence["sample_shapes"][1]["shape"], nlohmann::ordered_json::parse("[7]"));
+
+  // A padded field that still fails: pad_sequence's own message, no advice to pad.
+  CollateConfig pad;
+  pad.pad_inputs = 0;
+  f.error = "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 1";
+  f.shapes = {{{4, 2}, 1}, {{6, 3}, 1}};
+  f.rows = {0, 1};
+  Emitted p = collate_finding(f, pad);
+  EXPECT_EQ(p.message, "pad_sequence cannot put this batch's inputs together: The size of tensor a (2) must match the "
+                       "size of tensor b (3) at non-singleton dimension 1; the samples' shapes: [4, 2], [6, 3]");
+  EXPECT_EQ(p.evidence["collate"], "pad");
 }

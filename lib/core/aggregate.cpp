@@ -207,6 +207,7 @@ void Aggregator::finish_findings() {
   fc.mode = cfg_.model.mode;
   fc.backward = start_.backward;
   fc.output = cfg_.model.output;
+  fc.collate_pads = cfg_.loader.collate.pads();
   for (std::size_t i = 0; i < findings_.size(); ++i) {
     fc.batch_indices = first_batch_[i];
     if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);

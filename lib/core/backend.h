@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -44,6 +45,18 @@ struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
   std::string format = "torchscript";          // "torchscript" or "pt2" (an AOTInductor package)
   FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
+};
+
+// A batch the collate function cannot build: default_collate stacking samples of unequal
+// shape, or pad_sequence on samples whose trailing dimensions differ. PyTorch raises it from
+// next(iter(loader)) at that batch, before the model runs.
+struct CollateFailure {
+  std::string field;  // "inputs" or "targets"
+  std::string error;  // LibTorch's own message, as PyTorch raises it
+  // The distinct per-sample shapes in batch order, with how many rows have each; a rank
+  // that differs is a shape too.
+  std::vector<std::pair<std::vector<int64_t>, uint64_t>> shapes;
+  std::vector<uint64_t> rows;  // row 0, then the rows whose shape differs from row 0's
 };
 
 enum class Slot { Input, Output, Target };
@@ -92,8 +105,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual DatasetInfo dataset() const = 0;
   virtual ModelInfo model() const = 0;
-  // Reads these dataset indices as the current batch. Throws InputError for unreadable data.
-  virtual void load_batch(const std::vector<int64_t>& indices) = 0;
+  // Reads these dataset indices as the current batch and collates them. Throws InputError
+  // for unreadable data; a batch that does not collate is returned (a finding, not an error).
+  virtual std::optional<CollateFailure> load_batch(const std::vector<int64_t>& indices) = 0;
   // A hint: the batch after the current one. A backend may read it (and check its inputs)
   // while the current batch runs; load_batch() with the same indices then takes it.
   virtual void prefetch(const std::vector<int64_t>& /*indices*/) {}

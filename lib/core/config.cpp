@@ -113,13 +113,40 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   }
 }
 
+// "collate": "default", or {"pad": {"inputs": 0, "targets": -100}, "pad_to_multiple_of": 8}.
+void parse_collate(const JsonObject& l, CollateConfig& out) {
+  const json* c = l.find("collate");
+  if (!c) return;
+  if (c->is_string()) {
+    if (c->get<std::string>() == "pad") {
+      l.fail("collate", "a padding collate needs each padded field's value: {\"pad\": {\"inputs\": 0}}");
+    }
+    l.choice("collate", {"default"});
+    return;
+  }
+  if (!c->is_object()) l.fail("collate", "expected \"default\" or an object such as {\"pad\": {\"inputs\": 0}}, got " + describe_json(*c));
+  const JsonObject co = l.object("collate");
+  co.reject_unknown({"pad", "pad_to_multiple_of"});
+  if (co.has("pad")) {
+    const JsonObject pad = co.object("pad");
+    pad.reject_unknown({"inputs", "targets"});
+    out.pad_inputs = pad.number("inputs");
+    out.pad_targets = pad.number("targets");
+    if (!out.pads()) co.fail("pad", "name a field to pad with its padding value, e.g. {\"inputs\": 0}");
+  }
+  if (auto m = co.uint("pad_to_multiple_of", 1)) {
+    if (!out.pads()) co.fail("pad_to_multiple_of", "only used with \"pad\" (the lengths of padded fields are rounded up)");
+    out.pad_to_multiple_of = *m;
+  }
+}
+
 void parse_loader(const JsonObject& l, LoaderConfig& out) {
   // DataLoader arguments that only change how fast batches arrive, never which samples
   // they hold: accepted (a user pastes their DataLoader call) and named in the report.
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
   std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
-                                    "sampler_drop_last", "accumulation_steps"};
+                                    "sampler_drop_last", "accumulation_steps", "collate"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
   for (const auto& k : kNoEffect) {
@@ -171,6 +198,7 @@ void parse_loader(const JsonObject& l, LoaderConfig& out) {
   }
   out.sampler_drop_last = l.boolean("sampler_drop_last").value_or(false);
   out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
+  parse_collate(l, out.collate);
 }
 
 void parse_loss(const JsonObject& l, LossConfig& out) {

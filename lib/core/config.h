@@ -53,8 +53,19 @@ struct DataConfig {
   std::string inputs_display, targets_display, path_display;
 };
 
+// How a batch's samples become one tensor per field, as the DataLoader's collate_fn does:
+// default_collate stacks (and fails on samples of unequal shape, as torch.stack does); a
+// padded field is pad_sequence(batch_first=True, padding_value=...) of its samples, its length
+// rounded up to a multiple of `pad_to_multiple_of`.
+struct CollateConfig {
+  std::optional<double> pad_inputs, pad_targets;  // padding values; unset: stacked
+  uint64_t pad_to_multiple_of = 1;
+  bool pads() const { return pad_inputs || pad_targets; }
+};
+
 struct LoaderConfig {
   uint64_t batch_size = 1;
+  CollateConfig collate;
   bool drop_last = false;
   SamplerKind sampler = SamplerKind::Sequential;
   bool shuffle = false;

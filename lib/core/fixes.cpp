@@ -21,8 +21,9 @@ std::string output_selector(const FixContext& c) {
 // every sample), so `reproduce` never lists just the bad ones.
 Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
   const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
-  std::string code = "from torch.utils.data import default_collate; ";
-  code += "x, y = default_collate([dataset[i] for i in " + python_indices(idx) + "]); ";
+  std::string code = c.collate_pads ? std::string() : "from torch.utils.data import default_collate; ";
+  code += std::string("x, y = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "([dataset[i] for i in " +
+          python_indices(idx) + "]); ";
   code += std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + "); ";
   code += "out = model(x)" + output_selector(c);
   if (with_loss && c.loss.type != LossType::None) {
@@ -33,7 +34,9 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
                               : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?")) +
                                     (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
   return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-          "needs your Dataset object as `dataset` and the model as `model`", {}};
+          std::string("needs your Dataset object as `dataset` and the model as `model`") +
+              (c.collate_pads ? " and your padding collate function as `collate_fn`" : ""),
+          {}};
 }
 
 // drop-last and batch-size-divisor, where they change something: never a fix that is
@@ -249,6 +252,26 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "dynamic_shapes=({" + std::to_string(dim) + ": torch.export.Dim(\"d" + std::to_string(dim) + "\")},)",
                          "only when the model really accepts other sizes there", {}});
     }
+  } else if (id == "collate-error") {
+    const std::string field = f.evidence.value("field", std::string("inputs"));
+    if (f.evidence.value("collate", std::string()) == "default") {
+      const bool inputs = field == "inputs";
+      f.fixes.push_back({"pad-collate-variable-length",
+                         "pad the variable-length " + field + " to the longest sample of each batch",
+                         std::string("DataLoader(..., collate_fn=lambda b: (") +
+                             (inputs ? "pad_sequence([x for x, _ in b], batch_first=True, padding_value=0), default_collate([y for _, y in b])"
+                                     : "default_collate([x for x, _ in b]), pad_sequence([y for _, y in b], batch_first=True, padding_value=-100)") +
+                             "))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": {\"" + field + "\": " +
+                             (inputs ? "0" : "-100") + "}}}",
+                         inputs ? "padded positions must be masked (attention mask, or lengths for pack_padded_sequence)"
+                                : "the padding value must be ignored by the loss (ignore_index=-100)",
+                         {}});
+    } else {
+      f.fixes.push_back({"same-trailing-dims", "make the samples of " + field + " differ only in their first dimension",
+                         "x = x.reshape(-1, features)  # pad_sequence pads dimension 0 of every sample",
+                         "pad_sequence needs equal sizes in every other dimension", {}});
+    }
+    f.fixes.push_back(reproduce(f, c, false, false));
   } else if (id == "trace-mode-mismatch") {
     const bool want_train = c.mode == Mode::Train;
     f.fixes.push_back({"trace-in-scan-mode",

@@ -19,6 +19,7 @@ struct FixContext {
   Mode mode = Mode::Train;
   bool backward = false;
   std::optional<std::variant<int64_t, std::string>> output;  // model.output
+  bool collate_pads = false;  // loader.collate pads a field: the user's own collate_fn builds batches
   // Every sample of the finding's first failing batch, in delivery order (for `reproduce`).
   std::vector<int64_t> batch_indices;
 };

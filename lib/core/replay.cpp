@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/collate_stage.h"
 #include "core/contract.h"
 #include "core/errors.h"
 #include "core/findings.h"
@@ -154,8 +155,15 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
 void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
   batch_has_error_ = false;
   sink_.begin(ctx.step, *ctx.indices);
-  backend_.load_batch(*ctx.indices);
+  std::optional<CollateFailure> collate = backend_.load_batch(*ctx.indices);
   if (next) backend_.prefetch(*next);
+  if (collate) {
+    // PyTorch raises from next(iter(loader)): the model never sees this batch.
+    collect_pending();
+    apply(ctx, {collate_finding(*collate, cfg_.loader.collate)});
+    sink_.end(step_end(ctx, false));
+    return;
+  }
   const TensorMeta input = backend_.meta(Slot::Input);
   if (auto rule = input_rule(input)) {
     CurrentBatch current(backend_);

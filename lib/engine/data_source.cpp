@@ -21,9 +21,21 @@ namespace batchcheck {
 
 namespace {
 
+std::optional<double> pad_of(const CollateConfig& c, bool target) { return target ? c.pad_targets : c.pad_inputs; }
+
+const char* field_name(bool target) { return target ? "targets" : "inputs"; }
+
+// A stacked batch (every sample the same shape) through a padding collate: pad_sequence of
+// equal lengths changes nothing but the rounding to a multiple, and its own checks.
+at::Tensor collate_stacked(at::Tensor batch, bool target, const CollateConfig& c) {
+  std::optional<double> pad = pad_of(c, target);
+  if (!pad || !batch.defined()) return batch;
+  return collate_samples(batch.unbind(0), field_name(target), pad, c.pad_to_multiple_of);
+}
+
 class NpySource : public DataSource {
  public:
-  explicit NpySource(const DataConfig& d) {
+  NpySource(const DataConfig& d, const CollateConfig& collate) : collate_(collate) {
     inputs_ = std::make_unique<NpyFile>(d.inputs_display, d.inputs);
     if (d.has_targets) {
       targets_ = std::make_unique<NpyFile>(d.targets_display, d.targets);
@@ -68,16 +80,27 @@ class NpySource : public DataSource {
                            "): not enough memory (RAM, or the limit of ulimit -v) for this batch size");
     }
     f->read_rows(indices, t.data_ptr());
-    return t;
+    return collate_stacked(t, target, collate_);
   }
 
  private:
+  CollateConfig collate_;
   std::unique_ptr<NpyFile> inputs_, targets_;
+};
+
+// One field of a torch.save file: a tensor whose first dimension is the sample, or a list
+// of per-sample tensors (variable-length sequences), which the collate_fn puts together.
+struct Field {
+  at::Tensor stacked;
+  std::vector<at::Tensor> items;
+  bool ragged = false;
+  bool defined() const { return ragged || stacked.defined(); }
+  int64_t count() const { return ragged ? static_cast<int64_t>(items.size()) : stacked.size(0); }
 };
 
 class PtSource : public DataSource {
  public:
-  explicit PtSource(const DataConfig& d) : display_(d.path_display) {
+  PtSource(const DataConfig& d, const CollateConfig& collate) : display_(d.path_display), collate_(collate) {
     require_regular_file(display_, d.path, "a file written by torch.save");
     std::ifstream in(d.path, std::ios::binary);
     if (!in) throw InputError(display_, "", "cannot read: " + std::string(std::strerror(errno)));
@@ -97,16 +120,12 @@ class PtSource : public DataSource {
       if (!hint.empty()) throw InputError(display_, "", hint);
       throw InputError(display_, "", "not a file written by torch.save (" + single_line(exception_message(e)).substr(0, 200) + ")");
     }
+    bytes = {};
     if (v.isGenericDict()) {
       auto dict = v.toGenericDict();
-      auto lookup = [&](const std::string& key, bool required) -> at::Tensor {
+      auto lookup = [&](const std::string& key, bool required) -> Field {
         for (const auto& item : dict) {
-          if (item.key().isString() && item.key().toStringRef() == key) {
-            if (!item.value().isTensor()) {
-              throw InputError(display_, "key \"" + key + "\"", "is not a tensor (got " + describe(item.value()) + ")");
-            }
-            return item.value().toTensor();
-          }
+          if (item.key().isString() && item.key().toStringRef() == key) return field_of(item.value(), "key \"" + key + "\"");
         }
         if (!required) return {};
         std::vector<std::string> keys;
@@ -117,60 +136,190 @@ class PtSource : public DataSource {
       inputs_ = lookup(d.inputs, true);
       targets_ = lookup(d.targets, d.targets_explicit);
     } else if (v.isTuple() || v.isList()) {
-      std::vector<c10::IValue> items;
-      if (v.isTuple()) {
-        for (const auto& e : v.toTupleRef().elements()) items.push_back(e);
+      std::vector<c10::IValue> items = elements(v);
+      if (!items.empty() && (items[0].isTuple() || items[0].isList() || items[0].isGenericDict())) {
+        records(items, d);
       } else {
-        for (const auto& e : v.toListRef()) items.push_back(e);
-      }
-      if (items.size() != 2 && items.size() != 1) {
-        throw InputError(display_, "", "expected a tuple or list of (inputs, targets), got " + std::to_string(items.size()) + " elements");
-      }
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        if (!items[i].isTensor()) {
-          throw InputError(display_, "element " + std::to_string(i), "is not a tensor (got " + describe(items[i]) + ")");
+        if (items.size() != 2 && items.size() != 1) {
+          throw InputError(display_, "", "expected a tuple or list of (inputs, targets), or a list of per-sample (input, target) records, got " +
+                                             std::to_string(items.size()) + " elements");
         }
+        inputs_ = field_of(items[0], "element 0");
+        if (items.size() == 2) targets_ = field_of(items[1], "element 1");
       }
-      inputs_ = items[0].toTensor();
-      if (items.size() == 2) targets_ = items[1].toTensor();
     } else if (v.isTensor()) {
-      inputs_ = v.toTensor();
+      inputs_ = field_of(v, "");
     } else {
       throw InputError(display_, "", "expected a dict of tensors or a tuple (inputs, targets), got " + describe(v));
     }
-    if (inputs_.dim() == 0) throw InputError(display_, "inputs", "a 0-d tensor has no sample dimension");
-    if (targets_.defined()) {
-      if (targets_.dim() == 0) throw InputError(display_, "targets", "a 0-d tensor has no sample dimension");
-      if (targets_.size(0) != inputs_.size(0)) {
-        throw InputError(display_, "", "inputs hold " + std::to_string(inputs_.size(0)) + " samples but targets hold " +
-                                           std::to_string(targets_.size(0)) + "; they must have the same count");
+    if (targets_.defined() && targets_.count() != inputs_.count()) {
+      throw InputError(display_, "", "inputs hold " + std::to_string(inputs_.count()) + " samples but targets hold " +
+                                         std::to_string(targets_.count()) + "; they must have the same count");
+    }
+  }
+  uint64_t samples() const override { return static_cast<uint64_t>(inputs_.count()); }
+  bool has_targets() const override { return targets_.defined(); }
+  TensorMeta sample_meta(bool target) const override {
+    const Field& f = target ? targets_ : inputs_;
+    if (!f.ragged) return meta_of(f.stacked, true);
+    // Per-sample shapes: a dimension that varies between samples is -1.
+    TensorMeta m;
+    if (f.items.empty()) return m;
+    m = meta_of(f.items[0]);
+    for (const auto& t : f.items) {
+      if (static_cast<std::size_t>(t.dim()) != m.shape.size()) {
+        m.shape.clear();
+        break;
+      }
+      for (std::size_t k = 0; k < m.shape.size(); ++k) {
+        if (m.shape[k] != t.size(static_cast<int64_t>(k))) m.shape[k] = -1;
       }
     }
-    inputs_ = inputs_.contiguous();
-    if (targets_.defined()) targets_ = targets_.contiguous();
+    return m;
   }
-  uint64_t samples() const override { return static_cast<uint64_t>(inputs_.size(0)); }
-  bool has_targets() const override { return targets_.defined(); }
-  TensorMeta sample_meta(bool target) const override { return meta_of(target ? targets_ : inputs_, true); }
+  uint64_t sample_bytes() const override { return bytes_per_sample_; }
   at::Tensor gather(bool target, const std::vector<int64_t>& indices) const override {
-    const at::Tensor& t = target ? targets_ : inputs_;
-    if (!t.defined()) return {};
+    const Field& f = target ? targets_ : inputs_;
+    if (!f.defined()) return {};
+    if (f.ragged) {
+      std::vector<at::Tensor> batch;
+      batch.reserve(indices.size());
+      for (int64_t i : indices) batch.push_back(f.items[static_cast<std::size_t>(i)]);
+      return collate_samples(batch, field_name(target), pad_of(collate_, target), collate_.pad_to_multiple_of);
+    }
+    const at::Tensor& t = f.stacked;
     bool consecutive = !indices.empty();
     for (std::size_t i = 1; i < indices.size() && consecutive; ++i) consecutive = indices[i] == indices[i - 1] + 1;
-    if (consecutive) return t.narrow(0, indices.front(), static_cast<int64_t>(indices.size())).clone();
-    return t.index_select(0, at::tensor(indices, at::kLong));
+    at::Tensor batch = consecutive ? t.narrow(0, indices.front(), static_cast<int64_t>(indices.size())).clone()
+                                   : t.index_select(0, at::tensor(indices, at::kLong));
+    return collate_stacked(batch, target, collate_);
   }
 
  private:
+  static std::vector<c10::IValue> elements(const c10::IValue& v) {
+    std::vector<c10::IValue> items;
+    if (v.isTuple()) {
+      for (const auto& e : v.toTupleRef().elements()) items.push_back(e);
+    } else {
+      for (const auto& e : v.toListRef()) items.push_back(e);
+    }
+    return items;
+  }
+
+  // A tensor (N, ...) or a list of per-sample tensors.
+  Field field_of(const c10::IValue& v, const std::string& where) {
+    Field f;
+    if (v.isTensor()) {
+      f.stacked = v.toTensor();
+      if (f.stacked.dim() == 0) throw InputError(display_, where, "a 0-d tensor has no sample dimension");
+      f.stacked = f.stacked.contiguous();
+      bytes_per_sample_ += f.stacked.size(0) ? static_cast<uint64_t>(f.stacked.nbytes()) / static_cast<uint64_t>(f.stacked.size(0)) : 0;
+      return f;
+    }
+    if (!v.isList() && !v.isTuple()) throw InputError(display_, where, "is not a tensor or a list of per-sample tensors (got " + describe(v) + ")");
+    f.ragged = true;
+    std::vector<c10::IValue> items = elements(v);
+    uint64_t bytes = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].isTensor()) {
+        throw InputError(display_, where + (where.empty() ? "" : ", ") + "sample " + std::to_string(i),
+                         "is not a tensor (got " + describe(items[i]) + ")");
+      }
+      f.items.push_back(items[i].toTensor());
+      bytes += static_cast<uint64_t>(f.items.back().nbytes());
+    }
+    bytes_per_sample_ += items.empty() ? 0 : bytes / items.size();
+    return f;
+  }
+
+  // [(x0, y0), (x1, y1), ...] or [{"inputs": x0, "targets": y0}, ...]: what
+  // torch.save([dataset[i] for i in range(len(dataset))]) writes.
+  void records(const std::vector<c10::IValue>& items, const DataConfig& d) {
+    c10::impl::GenericList xs(c10::AnyType::get()), ys(c10::AnyType::get());
+    bool with_targets = true;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string where = "sample " + std::to_string(i);
+      if (items[i].isGenericDict()) {
+        auto dict = items[i].toGenericDict();
+        auto get = [&](const std::string& key, bool required) -> std::optional<c10::IValue> {
+          for (const auto& item : dict) {
+            if (item.key().isString() && item.key().toStringRef() == key) return item.value();
+          }
+          if (!required) return std::nullopt;
+          std::vector<std::string> keys;
+          for (const auto& item : dict) keys.push_back(item.key().isString() ? item.key().toStringRef() : "?");
+          throw InputError(display_, where + ", key \"" + key + "\"", "missing from the record (keys: " + join(keys) + ")" + did_you_mean(key, keys));
+        };
+        xs.push_back(*get(d.inputs, true));
+        auto y = get(d.targets, d.targets_explicit || (i > 0 && with_targets));
+        if (y) ys.push_back(*y);
+        if (i == 0) with_targets = y.has_value();
+      } else if (items[i].isTuple() || items[i].isList()) {
+        std::vector<c10::IValue> rec = elements(items[i]);
+        if (rec.empty() || rec.size() > 2 || (i > 0 && rec.size() != (with_targets ? 2u : 1u))) {
+          throw InputError(display_, where, "expected an (input, target) record like the samples before it, got " +
+                                                std::to_string(rec.size()) + " elements");
+        }
+        xs.push_back(rec[0]);
+        if (i == 0) with_targets = rec.size() == 2;
+        if (rec.size() == 2) ys.push_back(rec[1]);
+      } else {
+        throw InputError(display_, where, "expected an (input, target) record like sample 0, got " + describe(items[i]));
+      }
+    }
+    inputs_ = field_of(c10::IValue(xs), "inputs");
+    if (with_targets) targets_ = field_of(c10::IValue(ys), "targets");
+  }
+
   std::string display_;
-  at::Tensor inputs_, targets_;
+  CollateConfig collate_;
+  Field inputs_, targets_;
+  uint64_t bytes_per_sample_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<DataSource> open_data_source(const DataConfig& data) {
-  if (data.format == DataFormat::Npy) return std::make_unique<NpySource>(data);
-  return std::make_unique<PtSource>(data);
+at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::string& field, std::optional<double> pad,
+                           uint64_t multiple) {
+  try {
+    if (!pad) return at::stack(samples, 0);
+    at::Tensor batch = at::pad_sequence(samples, /*batch_first=*/true, *pad);
+    const int64_t length = batch.dim() > 1 ? batch.size(1) : 0;
+    const int64_t m = static_cast<int64_t>(multiple);
+    if (m > 1 && length % m != 0) {
+      // constant_pad_nd pads from the last dimension backwards: zeros up to dimension 1.
+      std::vector<int64_t> widths(static_cast<std::size_t>(2 * (batch.dim() - 1)), 0);
+      widths.back() = m - length % m;
+      batch = at::constant_pad_nd(batch, widths, *pad);
+    }
+    return batch;
+  } catch (const c10::Error& e) {
+    CollateFailure f;
+    f.field = field;
+    f.error = parse_error_text(e.what_without_backtrace()).message;
+    for (std::size_t r = 0; r < samples.size(); ++r) {
+      const std::vector<int64_t> shape(samples[r].sizes().begin(), samples[r].sizes().end());
+      bool seen = false;
+      for (auto& [s, count] : f.shapes) {
+        if (s == shape) {
+          ++count;
+          seen = true;
+        }
+      }
+      if (!seen) f.shapes.push_back({shape, 1});
+      if (r == 0 || !samples[r].sizes().equals(samples[0].sizes())) f.rows.push_back(r);
+    }
+    if (f.rows.size() == 1) {
+      // The shapes agree (e.g. pad_sequence of 0-d samples): the whole batch.
+      for (std::size_t r = 1; r < samples.size(); ++r) f.rows.push_back(r);
+    }
+    throw CollateError{std::move(f)};
+  }
+}
+
+std::unique_ptr<DataSource> open_data_source(const DataConfig& data, const CollateConfig& collate) {
+  if (data.format == DataFormat::Npy) return std::make_unique<NpySource>(data, collate);
+  return std::make_unique<PtSource>(data, collate);
 }
 
 }  // namespace batchcheck

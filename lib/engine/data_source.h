@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -17,9 +19,11 @@ class DataSource {
   virtual uint64_t samples() const = 0;
   virtual bool has_targets() const = 0;
   virtual TensorMeta sample_meta(bool target) const = 0;
+  // The collated batch of these samples (CollateConfig), or undefined without targets.
+  // Throws CollateError where the DataLoader's collate_fn raises.
   virtual at::Tensor gather(bool target, const std::vector<int64_t>& indices) const = 0;
   // Bytes read per sample (inputs and targets), to decide whether prefetching pays.
-  uint64_t sample_bytes() const {
+  virtual uint64_t sample_bytes() const {
     uint64_t total = 0;
     for (bool target : {false, true}) {
       TensorMeta m = sample_meta(target);
@@ -34,7 +38,17 @@ class DataSource {
   }
 };
 
+struct CollateError {
+  CollateFailure failure;
+};
+
+// The batch of `samples` (one tensor per sample) as the collate_fn builds it: torch.stack
+// (default_collate), or pad_sequence(batch_first=True, padding_value=*pad) with the length
+// rounded up to a multiple of `multiple`. Throws CollateError with LibTorch's own message.
+at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::string& field, std::optional<double> pad,
+                           uint64_t multiple);
+
 // Opens the data the config names. Throws InputError for unusable files.
-std::unique_ptr<DataSource> open_data_source(const DataConfig& data);
+std::unique_ptr<DataSource> open_data_source(const DataConfig& data, const CollateConfig& collate);
 
 }  // namespace batchcheck

@@ -148,7 +148,7 @@ class TorchBackend : public Backend {
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Pt ? cfg.data.path_display : cfg.data.inputs_display);
-    data_ = open_data_source(cfg.data);
+    data_ = open_data_source(cfg.data, cfg.loader.collate);
     if (opt.loading) opt.loading(cfg.model.path);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_) : load_torchscript(cfg.model, device_);
   }
@@ -164,7 +164,7 @@ class TorchBackend : public Backend {
 
   ModelInfo model() const override { return model_->info(); }
 
-  void load_batch(const std::vector<int64_t>& indices) override {
+  std::optional<CollateFailure> load_batch(const std::vector<int64_t>& indices) override {
     Staged s;
     if (pending_.valid()) {
       s = pending_.get();  // rethrows what the worker threw (e.g. a truncated file)
@@ -178,6 +178,7 @@ class TorchBackend : public Backend {
     output_ = at::Tensor();
     loss_ = at::Tensor();
     checked_.clear();
+    return std::move(s.collate);
   }
 
   TensorMeta meta(Slot slot) const override { return meta_of(tensor(slot)); }
@@ -392,14 +393,21 @@ class TorchBackend : public Backend {
     std::vector<int64_t> indices;
     at::Tensor input, target;
     std::optional<ValueStats> input_stats;
+    std::optional<CollateFailure> collate;  // then input and target stay undefined
   };
 
   // Runs on the worker thread for prefetched batches (data sources are read-only).
   Staged stage(const std::vector<int64_t>& indices) const {
     Staged s;
     s.indices = indices;
-    s.input = data_->gather(false, indices);
-    s.target = data_->gather(true, indices);
+    try {
+      s.input = data_->gather(false, indices);
+      s.target = data_->gather(true, indices);
+    } catch (CollateError& e) {
+      s.input = s.target = at::Tensor();
+      s.collate = std::move(e.failure);
+      return s;
+    }
     if (at::isFloatingType(s.input.scalar_type())) s.input_stats = check_tensor(for_kernel(s.input), ValueRule{});
     if (device_.is_cuda()) {
       s.input = s.input.to(device_);

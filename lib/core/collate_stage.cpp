@@ -1,0 +1,34 @@
+#include "core/collate_stage.h"
+
+#include "core/contract.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+Emitted collate_finding(const CollateFailure& failure, const CollateConfig& collate) {
+  const bool padded = failure.field == "inputs" ? collate.pad_inputs.has_value() : collate.pad_targets.has_value();
+  Emitted e;
+  e.id = "collate-error";
+  e.stage = "collate";
+  std::vector<std::string> shapes;
+  nlohmann::ordered_json shape_list = nlohmann::ordered_json::array();
+  for (const auto& [shape, count] : failure.shapes) {
+    if (shapes.size() < 8) shapes.push_back(shape_text(shape) + (count > 1 ? " x" + std::to_string(count) : ""));
+    shape_list.push_back({{"shape", shape}, {"count", count}});
+  }
+  if (failure.shapes.size() > 8) shapes.push_back("... (" + std::to_string(failure.shapes.size()) + " shapes)");
+  e.message = std::string(padded ? "pad_sequence" : "default_collate") + " cannot put this batch's " + failure.field +
+              " together: " + failure.error + "; the samples' shapes: " + join(shapes);
+  if (!padded && failure.shapes.size() > 1) {
+    e.message += "; the DataLoader raises this at this batch (samples of unequal size need a padding collate_fn)";
+  }
+  e.evidence = {{"field", failure.field},
+                {"collate", padded ? "pad" : "default"},
+                {"error", failure.error},
+                {"sample_shapes", shape_list}};
+  e.rows = failure.rows;
+  e.total = failure.rows.size();
+  return e;
+}
+
+}  // namespace batchcheck

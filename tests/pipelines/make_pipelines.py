@@ -1,0 +1,151 @@
+"""Real pipelines and the real PyTorch loop on them (tests/test_pipelines.cpp).
+
+Writes one folder per case under OUT: the model (TorchScript), the data as a user saves it
+(per-sample variable-length token sequences), config.json, and in manifest.json what the real
+training loop does on the same data: which batches raise, and what.
+
+    python make_pipelines.py OUT
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+VOCAB, POSITIONS, CLASSES, BATCH = 100, 64, 3, 8
+
+
+class TextClassifier(torch.nn.Module):
+    """Token + learned position embeddings: a batch longer than the position table fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(VOCAB, 16, padding_idx=0)
+        self.pos = torch.nn.Embedding(POSITIONS, 16)
+        self.fc = torch.nn.Linear(16, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.size(1), device=x.device)
+        h = self.tok(x) + self.pos(positions).unsqueeze(0)
+        return self.fc(h.mean(1))
+
+
+class Samples(Dataset):
+    def __init__(self, xs, ys):
+        self.xs, self.ys = xs, ys
+
+    def __len__(self):
+        return len(self.xs)
+
+    def __getitem__(self, i):
+        return self.xs[i], self.ys[i]
+
+
+def pad_collate(pad, multiple=1):
+    def collate(batch):
+        x = pad_sequence([s[0] for s in batch], batch_first=True, padding_value=pad)
+        if multiple > 1 and x.size(1) % multiple:
+            x = F.pad(x, (0, multiple - x.size(1) % multiple), value=pad)
+        return x, default_collate([s[1] for s in batch])
+    return collate
+
+
+def sequences(batch_lengths, seed):
+    """Per batch: the lengths of its samples (a list) -> token sequences, labels."""
+    g = torch.Generator().manual_seed(seed)
+    xs = []
+    for lengths in batch_lengths:
+        for n in lengths:
+            xs.append(torch.randint(1, VOCAB, (n,), generator=g))
+    ys = torch.randint(0, CLASSES, (len(xs),), generator=g)
+    return xs, ys
+
+
+def real_loop(model, loader):
+    """The training loop without the optimizer step: every batch, and what each raises."""
+    model.train()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    failures = []
+    it = iter(loader)
+    b = 0
+    while True:
+        try:
+            x, y = next(it)
+        except StopIteration:
+            break
+        except Exception as e:  # the collate_fn raised: the model never sees the batch
+            failures.append({"batch": b, "stage": "collate", "error": str(e).splitlines()[0]})
+            b += 1
+            continue
+        try:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            model.zero_grad()
+        except Exception as e:
+            failures.append({"batch": b, "stage": "forward", "error": str(e).splitlines()[0]})
+        b += 1
+    return {"batches": b, "failures": failures}
+
+
+def write_case(out, name, model, data, config, loader):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    torch.jit.script(model).save(os.path.join(d, "model.pt"))
+    torch.save(data, os.path.join(d, "data.pt"))
+    config = dict(config)
+    config["model"] = {"path": "model.pt"}
+    config.setdefault("loss", {"type": "cross_entropy"})
+    config["data"] = {"path": "data.pt"}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    truth = real_loop(model, loader)
+    truth["case"] = name
+    return truth
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    model = TextClassifier()
+    cases = []
+
+    # Five batches of 8; the longest sample of each: 12, 50, 64, 70, 30. Batches 0 and 4 hold
+    # samples of one length (default_collate stacks them), the others vary.
+    lengths = [[12] * 8, [20, 50, 7, 33, 50, 9, 41, 18], [64, 3, 64, 10, 5, 60, 22, 1], [70, 8, 16, 69, 2, 40, 11, 6],
+               [30] * 8]
+    xs, ys = sequences(lengths, 1)
+    ds = Samples(xs, ys)
+    pad_cfg = {"batch_size": BATCH, "collate": {"pad": {"inputs": 0}}}
+
+    # pad_sequence in the collate_fn: only the batch longer than the 64 positions fails.
+    cases.append(write_case(out, "textpad", model, {"inputs": xs, "targets": ys}, {"loader": pad_cfg},
+                            DataLoader(ds, batch_size=BATCH, collate_fn=pad_collate(0))))
+    # The same, saved as torch.save([dataset[i] for i in range(len(dataset))]).
+    cases.append(write_case(out, "records", model, [ds[i] for i in range(len(ds))], {"loader": pad_cfg},
+                            DataLoader(ds, batch_size=BATCH, collate_fn=pad_collate(0))))
+    # Lengths rounded up to a multiple of 48: batches 1-3 become 96 long.
+    cases.append(write_case(out, "textpad-multiple", model, {"inputs": xs, "targets": ys},
+                            {"loader": {"batch_size": BATCH, "collate": {"pad": {"inputs": 0}, "pad_to_multiple_of": 48}}},
+                            DataLoader(ds, batch_size=BATCH, collate_fn=pad_collate(0, 48))))
+    # No collate_fn: default_collate cannot stack samples of unequal length.
+    cases.append(write_case(out, "ragged-default", model, {"inputs": xs, "targets": ys},
+                            {"loader": {"batch_size": BATCH}}, DataLoader(ds, batch_size=BATCH)))
+    # Shuffled: a seeded DataLoader, every sample at most 64 long: a clean setup.
+    short = [[min(n, 64) for n in b] for b in lengths]
+    cxs, cys = sequences(short, 2)
+    cds = Samples(cxs, cys)
+    cases.append(write_case(out, "textpad-clean", model, {"inputs": cxs, "targets": cys},
+                            {"loader": {"batch_size": BATCH, "shuffle": True, "seed": 5, "collate": {"pad": {"inputs": 0}}}},
+                            DataLoader(cds, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(5),
+                                       collate_fn=pad_collate(0))))
+
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+// Real pipelines against the real PyTorch loop on the same data (tests/pipelines/
+// make_pipelines.py): variable-length token sequences saved as a list of per-sample tensors or
+// as (input, target) records, batched by a padding collate_fn or by default_collate. The scan
+// must fail exactly at the batches where the loop raises, with the loop's own error text.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "cli.h"
+#include "test_helpers.h"
+
+using namespace batchcheck;
+using Json = nlohmann::json;
+
+namespace {
+
+class Pipelines : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!test_util::python_torch_available()) return;
+    dir_ = std::make_unique<test_util::TempDir>("pipelines");
+    auto gen = test_util::run_command(test_util::python() + " " BATCHCHECK_SOURCE_DIR "/tests/pipelines/make_pipelines.py " +
+                                      dir_->path().string() + " 2>&1");
+    generated_ = gen.status == 0;
+    log_ = gen.output;
+    if (!generated_) return;
+    std::ifstream in(dir_->file("manifest.json"));
+    manifest_ = Json::parse(in);
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  void SetUp() override {
+    if (!test_util::python_torch_available()) GTEST_SKIP() << test_util::python_missing_line("the pipeline tests");
+    ASSERT_TRUE(generated_) << "make_pipelines.py failed:\n" << log_;
+  }
+
+  static const Json& truth(const std::string& name) {
+    for (const auto& c : manifest_["cases"]) {
+      if (c["case"] == name) return c;
+    }
+    static const Json none;
+    ADD_FAILURE() << "no case " << name;
+    return none;
+  }
+
+  struct Scan {
+    int code = -1;
+    std::string err;
+    Json report;
+  };
+  static Scan scan(const std::string& name, const std::vector<std::string>& extra = {}) {
+    Scan s;
+    const std::string report_path = dir_->file(name + "-report.json");
+    std::vector<std::string> args{"scan", (dir_->path() / name / "config.json").string(), "-o", report_path, "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::ostringstream out, err;
+    s.code = run_cli(args, out, err);
+    s.err = err.str();
+    std::ifstream in(report_path);
+    if (in) s.report = Json::parse(in);
+    return s;
+  }
+
+  // Every batch of the loop that raised, and every batch the scan reports an error for.
+  static std::set<uint64_t> loop_failures(const Json& t, const std::string& stage) {
+    std::set<uint64_t> out;
+    for (const auto& f : t["failures"]) {
+      if (f["stage"] == stage) out.insert(f["batch"].get<uint64_t>());
+    }
+    return out;
+  }
+  static std::set<uint64_t> scan_failures(const Json& report, const std::string& id) {
+    std::set<uint64_t> out;
+    for (const auto& f : report["findings"]) {
+      if (f["id"] != id) continue;
+      for (const auto& o : f["occurrences"]) out.insert(o["batch"].get<uint64_t>());
+    }
+    return out;
+  }
+
+  static std::unique_ptr<test_util::TempDir> dir_;
+  static bool generated_;
+  static std::string log_;
+  static Json manifest_;
+};
+
+std::unique_ptr<test_util::TempDir> Pipelines::dir_;
+bool Pipelines::generated_ = false;
+std::string Pipelines::log_;
+Json Pipelines::manifest_;
+
+}  // namespace
+
+TEST_F(Pipelines, PadCollateFailsExactlyAtTheBatchLongerThanThePositionTable) {
+  for (const std::string name : {"textpad", "records", "textpad-multiple"}) {
+    SCOPED_TRACE(name);
+    const Json& t = truth(name);
+    const std::set<uint64_t> expected = loop_failures(t, "forward");
+    ASSERT_FALSE(expected.empty());
+    EXPECT_TRUE(loop_failures(t, "collate").empty());
+    Scan s = scan(name);
+    EXPECT_EQ(s.code, 1) << s.err;
+    EXPECT_EQ(scan_failures(s.report, "forward-error"), expected) << s.report["findings"].dump(1);
+    EXPECT_EQ(s.report["summary"]["errors"], 1) << s.report["findings"].dump(1);
+    for (const auto& f : s.report["findings"]) {
+      if (f["id"] != "forward-error") continue;
+      EXPECT_NE(f["message"].get<std::string>().find(t["failures"][0]["error"].get<std::string>()), std::string::npos)
+          << f["message"];
+      // The reproduce snippet uses the user's collate_fn, not default_collate.
+      bool saw = false;
+      for (const auto& fix : f["fixes"]) {
+        if (fix["id"] != "reproduce") continue;
+        saw = true;
+        EXPECT_EQ(fix["code"].get<std::string>().rfind("x, y = collate_fn([dataset[i] for i in range(", 0), 0u) << fix["code"];
+      }
+      EXPECT_TRUE(saw);
+    }
+  }
+  // The padded length is what the model sees: with a multiple of 48, batch 0 (12 long) is 48.
+  Scan m = scan("textpad-multiple");
+  EXPECT_EQ(m.report["batches"]["first"]["input_shape"], Json::parse("[8, 48]")) << m.report["batches"].dump();
+}
+
+TEST_F(Pipelines, DefaultCollateOnRaggedSamplesFailsWherePyTorchsDoes) {
+  const Json& t = truth("ragged-default");
+  const std::set<uint64_t> expected = loop_failures(t, "collate");
+  ASSERT_EQ(expected, (std::set<uint64_t>{1, 2, 3}));
+  Scan s = scan("ragged-default");
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(scan_failures(s.report, "collate-error"), expected) << s.report["findings"].dump(1);
+  ASSERT_EQ(s.report["findings"].size(), 1u) << s.report["findings"].dump(1);
+  const Json& f = s.report["findings"][0];
+  // PyTorch's own message for the first failing batch, word for word.
+  EXPECT_EQ(f["evidence"]["error"], t["failures"][0]["error"]);
+  EXPECT_EQ(f["evidence"]["collate"], "default");
+  EXPECT_EQ(f["stage"], "collate");
+  // Batch 2 is [64, 3, 64, 10, 5, 60, 22, 1]: row 0 and the rows whose length differs from it.
+  EXPECT_EQ(f["occurrences"][1]["samples"], Json::parse("[16, 17, 19, 20, 21, 22, 23]"));
+  EXPECT_EQ(f["message"].get<std::string>().rfind("default_collate cannot put this batch's inputs together: stack "
+                                                  "expects each tensor to be equal size, but got [20] at entry 0 and [50] "
+                                                  "at entry 1; the samples' shapes: [20], [50] x2, [7], [33], [9], [41], [18]",
+                                                  0),
+            0u)
+      << f["message"];
+  // The fix names the config that makes batchcheck check the padded pipeline.
+  EXPECT_EQ(f["fixes"][0]["id"], "pad-collate-variable-length");
+  EXPECT_NE(f["fixes"][0]["code"].get<std::string>().find("\"collate\": {\"pad\": {\"inputs\": 0}}"), std::string::npos);
+  EXPECT_EQ(s.report["dataset"]["input_shape"], Json::parse("[-1]"));
+}
+
+TEST_F(Pipelines, ACleanPaddedPipelinePassesWithTheDefaultChecks) {
+  const Json& t = truth("textpad-clean");
+  ASSERT_TRUE(t["failures"].empty()) << t.dump(1);
+  Scan s = scan("textpad-clean");
+  EXPECT_EQ(s.code, 0) << s.err << s.report["findings"].dump(1);
+}
