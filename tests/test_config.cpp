@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "core/order.h"
 
 using namespace batchcheck;
 
@@ -255,4 +256,32 @@ TEST(Config, CollateDefaultOrPadPerField) {
             "batchcheck: error: cfg.json: loader.collate.pad_to_multiple_of: expected a positive integer, got 0");
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": 3})")),
             "batchcheck: error: cfg.json: loader.collate: expected \"default\" or an object such as {\"pad\": {\"inputs\": 0}}, got 3");
+}
+
+TEST(Config, RecordedOrderReplacesTheSampler) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("batchcheck_cfg_order_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream o(dir / "order.json");
+    o << "[[3, 1, 0], [5, 2], [4]]";
+  }
+  Config c = parse_config("cfg.json", with("loader", R"({"order": "order.json"})"), dir.string());
+  ASSERT_TRUE(c.loader.order);
+  EXPECT_EQ(c.loader.order->batches_per_rank(), 3u);
+  EXPECT_EQ(c.loader.batch_size, 3u);  // the largest recorded batch, unless given
+  EXPECT_EQ(parse_config("cfg.json", with("loader", R"({"order": "order.json", "batch_size": 4})"), dir.string()).loader.batch_size, 4u);
+  auto err = [&](const std::string& loader) {
+    try {
+      parse_config("cfg.json", with("loader", loader), dir.string());
+    } catch (const InputError& e) {
+      return format_error(e);
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(err(R"({"order": "order.json", "shuffle": true})"),
+            "batchcheck: error: cfg.json: loader.shuffle: not used with \"order\": the recorded batches already say which "
+            "samples each batch of each rank holds; remove \"shuffle\"");
+  EXPECT_EQ(err(R"({"order": "missing.json"})"), "batchcheck: error: missing.json: cannot read: No such file or directory");
+  fs::remove_all(dir);
 }

@@ -158,3 +158,63 @@ TEST_F(Pipelines, ACleanPaddedPipelinePassesWithTheDefaultChecks) {
   Scan s = scan("textpad-clean");
   EXPECT_EQ(s.code, 0) << s.err << s.report["findings"].dump(1);
 }
+
+TEST_F(Pipelines, RecordedOrdersReplayTheSamplersNoFormulaCan) {
+  // The global-seed pattern, a WeightedRandomSampler with replacement, a bucketing batch
+  // sampler: each replayed from loader.order fails at exactly the loop's batches.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"global-seed", "target-out-of-range"}, {"weighted", "target-out-of-range"}, {"bucketing", "forward-error"}};
+  for (const auto& [name, id] : cases) {
+    SCOPED_TRACE(name);
+    const Json& t = truth(name);
+    const std::set<uint64_t> expected = loop_failures(t, "forward");
+    ASSERT_FALSE(expected.empty());
+    Scan s = scan(name);
+    EXPECT_EQ(s.code, 1) << s.err;
+    EXPECT_EQ(scan_failures(s.report, id), expected) << s.report["findings"].dump(1);
+    EXPECT_EQ(s.report["batches"]["checked"], t["batches"]);
+    EXPECT_EQ(s.report["geometry"]["sampler"], "recorded");
+    EXPECT_EQ(s.report["geometry"]["order"], "order.json");
+    for (const auto& f : s.report["findings"]) {
+      if (f["id"] == "target-out-of-range") {
+        EXPECT_EQ(f["samples"], Json::parse("[13]"));
+      }
+    }
+  }
+  // With replacement some samples are never drawn: said, as an info.
+  Scan w = scan("weighted");
+  bool dropped = false;
+  for (const auto& f : w.report["findings"]) dropped = dropped || (f["id"] == "samples-dropped" && f["severity"] == "info");
+  EXPECT_TRUE(dropped) << w.report["findings"].dump(1);
+  EXPECT_EQ(w.report["geometry"]["batches_per_rank"], 6);
+  EXPECT_EQ(w.report["geometry"]["samples_per_rank"], 48);
+  // The bucketing sampler ends on a batch of one: the tail warning, from the recorded batch.
+  Scan b = scan("bucketing");
+  bool single = false;
+  for (const auto& f : b.report["findings"]) {
+    if (f["id"] != "tail-batch-singleton") continue;
+    single = true;
+    EXPECT_EQ(f["batch"], 8);
+    EXPECT_EQ(f["fixes"][0]["id"], "skip-single-sample-batches");
+  }
+  EXPECT_TRUE(single) << b.report["findings"].dump(1);
+}
+
+TEST_F(Pipelines, AnOrderRecordedForOtherDataIsRefusedNamingTheIndex) {
+  const std::string dir = (dir_->path() / "global-seed").string();
+  {
+    std::ofstream o(dir + "/stale.json");
+    o << "[[0, 1, 2], [3, 40, 5]]";
+  }
+  std::ifstream in(dir + "/config.json");
+  Json cfg = Json::parse(in);
+  cfg["loader"]["order"] = "stale.json";
+  {
+    std::ofstream o(dir + "/stale-config.json");
+    o << cfg.dump();
+  }
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"scan", dir + "/stale-config.json", "-q"}, out, err), 2);
+  EXPECT_EQ(err.str(), "batchcheck: error: stale.json: [1][1]: sample index 40 is outside the dataset's 40 samples (0..39): "
+                       "the order was recorded for other data\n");
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "core/findings.h"
@@ -25,6 +26,13 @@ nlohmann::ordered_json shapes_json(const BatchShapes& b) {
 // The batch sizes the configured loader delivers (the same on every rank).
 std::vector<uint64_t> produced_sizes(const Geometry& g) {
   std::vector<uint64_t> out;
+  if (g.recorded()) {
+    std::set<uint64_t> sizes;
+    for (const auto& rank : g.spec.recorded->ranks) {
+      for (const auto& batch : rank) sizes.insert(batch.size());
+    }
+    return std::vector<uint64_t>(sizes.rbegin(), sizes.rend());
+  }
   if (g.full_batches > 0) out.push_back(g.spec.batch_size);
   if (g.last_batch_size > 0 && g.last_batch_size != g.spec.batch_size) out.push_back(g.last_batch_size);
   return out;
@@ -188,7 +196,7 @@ void Aggregator::finish_findings() {
       f.message += "; the configured loader never delivers a batch of " + std::to_string(f.probe_size) +
                    (sizes.empty() ? std::string(" (it delivers no batch)") : " (its batches hold " + join(sizes, " or ") + " samples)") +
                    ", so training does not hit this now";
-      if (f.probe_size < g.spec.batch_size) {
+      if (f.probe_size < g.spec.batch_size && !g.recorded()) {
         f.message += "; it would with " + plural(f.probe_size, "sample") + " left over per rank, e.g. a dataset of " +
                      std::to_string(dataset_size_for_tail(g, f.probe_size)) + " samples" +
                      (g.spec.drop_last ? " with drop_last=False" : "");
@@ -304,7 +312,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                   {"target_dtype", meta_dtype(data.target)}};
   r["geometry"] = {{"batch_size", spec.batch_size},
                    {"drop_last", spec.drop_last},
-                   {"sampler", to_string(cfg_.loader.sampler)},
+                   {"sampler", cfg_.loader.order ? "recorded" : to_string(cfg_.loader.sampler)},
                    {"shuffle", spec.shuffle},
                    {"seed", spec.seed},
                    {"epoch", spec.epoch},
@@ -317,6 +325,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                    {"dropped_samples", g.dropped_total()},
                    {"accumulation_steps", spec.accumulation_steps},
                    {"pytorch_equivalent", pytorch_loader_call(cfg_.loader)}};
+  if (cfg_.loader.order) r["geometry"]["order"] = cfg_.loader.order->display;
   if (spec.accumulation_steps > 1) {
     r["geometry"]["accumulation_windows"] = g.windows;
     r["geometry"]["last_window_batches"] = g.last_window_batches;

@@ -4,6 +4,7 @@
 
 #include "core/errors.h"
 #include "core/json_input.h"
+#include "core/order.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -140,17 +141,34 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
   }
 }
 
-void parse_loader(const JsonObject& l, LoaderConfig& out) {
+void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& out) {
   // DataLoader arguments that only change how fast batches arrive, never which samples
   // they hold: accepted (a user pastes their DataLoader call) and named in the report.
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
   std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
-                                    "sampler_drop_last", "accumulation_steps", "collate"};
+                                    "sampler_drop_last", "accumulation_steps", "collate", "order"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
   for (const auto& k : kNoEffect) {
     if (l.has(k)) out.ignored_keys.push_back(k);
+  }
+  if (auto order = l.string("order")) {
+    // The recorded batches are the sampler, the batch size and drop_last at once.
+    for (const char* k : {"sampler", "shuffle", "seed", "epoch", "world_size", "sampler_drop_last", "drop_last"}) {
+      if (l.has(k)) {
+        l.fail(k, std::string("not used with \"order\": the recorded batches already say which samples each batch "
+                              "of each rank holds; remove \"") + k + "\"");
+      }
+    }
+    if (order->empty()) l.fail("order", "expected a non-empty string");
+    out.order = std::make_shared<const RecordedOrder>(load_order(*order, resolve(base, *order)));
+    out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
+    // The configured batch size is the nominal one (what tail findings compare with).
+    out.batch_size = l.uint("batch_size", 1).value_or(std::max<uint64_t>(1, out.order->largest_batch));
+    out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
+    parse_collate(l, out.collate);
+    return;
   }
   out.batch_size = l.required_uint("batch_size", 1);
   out.drop_last = l.boolean("drop_last").value_or(false);
@@ -314,7 +332,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
   cfg.file = display_path;
   parse_model(top.object("model"), base_dir, cfg.model);
   parse_data(top.object("data"), base_dir, cfg.data);
-  parse_loader(top.object("loader"), cfg.loader);
+  parse_loader(top.object("loader"), base_dir, cfg.loader);
   if (auto loss = top.optional_object("loss")) parse_loss(*loss, cfg.loss);
   if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks, cfg.model);
   if (auto device = top.string("device")) {

@@ -1,12 +1,15 @@
 #pragma once
 // The scan configuration of SPEC.md as a typed, validated struct.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace batchcheck {
+
+struct RecordedOrder;
 
 enum class Mode { Train, Eval };
 enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
@@ -78,6 +81,8 @@ struct LoaderConfig {
   uint64_t world_size = 1;
   bool sampler_drop_last = false;
   uint64_t accumulation_steps = 1;
+  // loader.order: the batches recorded from the user's own loader replace the sampler.
+  std::shared_ptr<const RecordedOrder> order;
   // DataLoader arguments accepted so a user can paste theirs, but which do not change
   // which samples land in which batch (num_workers, pin_memory, ...): named in the report.
   std::vector<std::string> ignored_keys;

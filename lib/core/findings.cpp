@@ -43,6 +43,70 @@ void add_samples(Finding& f, const std::vector<int64_t>& indices) {
   f.count += indices.size();
 }
 
+// A recorded order: its last batches and the samples it never delivers, from the batches
+// themselves (no formula: a bucketing batch sampler's sizes vary, a sampler with
+// replacement repeats samples).
+void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks, std::vector<Finding>& out) {
+  const Geometry& g = plan.geometry();
+  const RecordedOrder& o = *g.spec.recorded;
+  const uint64_t last = g.batches_per_rank - 1, b = g.spec.batch_size;
+  for (const bool single : {true, false}) {
+    Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", single ? Severity::Warning : Severity::Info, {});
+    std::vector<uint64_t> hit;
+    for (uint64_t r : ranks) {
+      const auto& idx = o.ranks[r][last];
+      if (idx.size() >= b || (idx.size() == 1) != single) continue;
+      hit.push_back(r);
+      ++f.occurrences_total;
+      if (f.occurrences.size() < kOccurrenceCap) {
+        Occurrence occ{r, last, {}, idx.size()};
+        for (int64_t i : idx) {
+          if (occ.samples.size() < kSampleCap) occ.samples.push_back(i);
+        }
+        f.occurrences.push_back(std::move(occ));
+      }
+      if (hit.size() == 1) add_samples(f, idx);
+      else f.count += idx.size();
+    }
+    if (hit.empty()) continue;
+    f.rank = hit.front();
+    if (hit.size() > 1) f.ranks = hit;
+    f.batch = last;
+    f.batches = {last};
+    const uint64_t size = o.ranks[hit.front()][last].size();
+    f.message = "the last batch (index " + std::to_string(last) + ") of the recorded order (" + o.display + ") holds " +
+                (single ? std::string("a single sample") : std::to_string(size) + " of " + std::to_string(b) + " samples") +
+                (g.distributed() ? " on rank" + std::string(hit.size() > 1 ? "s " : " ") + join_uints(hit) : "");
+    if (single) {
+      f.message += "; BatchNorm in train mode, .squeeze() and view(" + std::to_string(b) + ", -1) break on a batch of one";
+      f.fixes.push_back({"skip-single-sample-batches", "leave batches of one sample out of the batch sampler",
+                         "batches = [b for b in batches if len(b) > 1]  # or merge them into the batch before",
+                         "those samples are not trained on this epoch", {}});
+    }
+    f.evidence = {{"order", o.display}, {"batch_size", b}, {"last_batch_size", size}};
+    out.push_back(f);
+  }
+  if (g.recorded_undelivered > 0) {
+    Finding f = base("samples-dropped", Severity::Info, ranks);
+    std::vector<bool> seen(g.spec.samples, false);
+    for (const auto& rank : o.ranks) {
+      for (const auto& batch : rank) {
+        for (int64_t i : batch) seen[static_cast<std::size_t>(i)] = true;
+      }
+    }
+    for (uint64_t i = 0; i < g.spec.samples && f.samples.size() < kSampleCap; ++i) {
+      if (!seen[i]) f.samples.push_back(static_cast<int64_t>(i));
+    }
+    f.count = g.recorded_undelivered;
+    f.message = "the recorded order (" + o.display + ") delivers no batch holding " + std::to_string(g.recorded_undelivered) +
+                " of " + plural(g.spec.samples, "sample") +
+                " this epoch: a sampler with replacement (WeightedRandomSampler) or num_samples < N draws some samples "
+                "more than once and others never";
+    f.evidence = {{"dropped_samples", g.recorded_undelivered}, {"samples", g.spec.samples}};
+    out.push_back(f);
+  }
+}
+
 }  // namespace
 
 Fix fix_drop_last(const Geometry& g) {
@@ -123,6 +187,10 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
     Finding f = base("empty-loader", Severity::Error, ranks);
     if (s.samples == 0) {
       f.message = "the dataset holds no samples, so the loader yields no batch";
+    } else if (g.recorded()) {
+      f.message = "the recorded order (" + s.recorded->display + ") holds no batch";
+      f.fixes.push_back({"record-order-again", "record the order from the loader you train with",
+                         "json.dump([b.tolist() for b in DataLoader(IndexDataset(len(ds)), ...)], f)", "", {}});
     } else if (g.samples_per_rank == 0) {
       f.message = "DistributedSampler(drop_last=True) gives each of the " + std::to_string(s.world_size) +
                   " ranks 0 samples: " + plural(s.samples, "sample") + " are fewer than the ranks";
@@ -147,7 +215,8 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
 
   const uint64_t last = g.batches_per_rank - 1;
   const uint64_t tail = g.samples_per_rank % s.batch_size;
-  if (!s.drop_last && tail != 0 && s.batch_size > 1) {
+  if (g.recorded()) recorded_findings(plan, ranks, out);
+  if (!g.recorded() && !s.drop_last && tail != 0 && s.batch_size > 1) {
     const bool single = tail == 1;
     Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", single ? Severity::Warning : Severity::Info,
                      ranks);
@@ -180,7 +249,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
     out.push_back(f);
   }
 
-  if (g.dropped_total() > 0) {
+  if (!g.recorded() && g.dropped_total() > 0) {
     Finding f = base("samples-dropped", Severity::Info, ranks);
     std::vector<std::string> parts;
     if (g.sampler_dropped) {

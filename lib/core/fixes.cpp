@@ -42,6 +42,7 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
 // drop-last and batch-size-divisor, where they change something: never a fix that is
 // already applied or that drops nothing.
 void tail_fixes(Finding& f, const Geometry& g) {
+  if (g.recorded()) return;  // the recorded batch sampler decides the sizes, not batch_size/drop_last
   const uint64_t tail = g.spec.batch_size ? g.samples_per_rank % g.spec.batch_size : 0;
   if (!g.spec.drop_last && tail != 0) f.fixes.push_back(fix_drop_last(g));
   if (tail != 0 && g.samples_per_rank > 1) {

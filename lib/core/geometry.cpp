@@ -26,10 +26,15 @@ LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples) {
   s.accumulation_steps = loader.accumulation_steps;
   s.distributed_sampler = loader.sampler == SamplerKind::Distributed;
   s.seed_negative = loader.seed_negative;
+  s.recorded = loader.order;
   return s;
 }
 
 std::string pytorch_loader_call(const LoaderConfig& l) {
+  if (l.order) {
+    return "DataLoader(ds, batch_sampler=batches)  # batches: the " + std::to_string(l.order->batches_per_rank()) +
+           " batches per rank recorded in " + l.order->display;
+  }
   const std::string seed = l.seed_negative ? std::to_string(static_cast<int64_t>(l.seed)) : std::to_string(l.seed);
   std::string call = "DataLoader(ds, batch_size=" + std::to_string(l.batch_size);
   std::string after;
@@ -59,6 +64,28 @@ Geometry compute_geometry(const LoaderSpec& spec) {
   }
   Geometry g;
   g.spec = spec;
+  if (spec.recorded) {
+    const RecordedOrder& o = *spec.recorded;
+    check_order_fits(o, spec.samples);
+    g.spec.world_size = std::max<std::size_t>(1, o.ranks.size());
+    g.batches_per_rank = o.batches_per_rank();
+    for (const auto& batch : o.ranks.front()) {
+      g.samples_per_rank += batch.size();
+      if (batch.size() >= spec.batch_size) ++g.full_batches;
+    }
+    g.last_batch_size = g.batches_per_rank ? o.ranks.front().back().size() : 0;
+    std::vector<bool> seen(spec.samples, false);
+    for (const auto& rank : o.ranks) {
+      for (const auto& batch : rank) {
+        for (int64_t i : batch) seen[static_cast<std::size_t>(i)] = true;
+      }
+    }
+    g.recorded_undelivered = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), false));
+    const uint64_t k = spec.accumulation_steps;
+    g.windows = ceil_div(g.batches_per_rank, k);
+    g.last_window_batches = g.batches_per_rank == 0 ? 0 : (g.batches_per_rank % k == 0 ? k : g.batches_per_rank % k);
+    return g;
+  }
   const uint64_t n = spec.samples, w = spec.world_size, b = spec.batch_size;
   if (w == 1) {
     g.samples_per_rank = n;
@@ -95,17 +122,20 @@ uint64_t Geometry::delivered_slots() const {
 }
 
 uint64_t Geometry::dropped_total() const {
+  if (spec.recorded) return recorded_undelivered;
   const uint64_t delivered = delivered_slots();
   return delivered >= spec.samples ? 0 : spec.samples - delivered;
 }
 
 uint64_t Geometry::delivered_padding() const {
+  if (spec.recorded) return 0;
   const uint64_t delivered = delivered_slots();
   return delivered <= spec.samples ? 0 : std::min(delivered - spec.samples, padded_samples);
 }
 
 uint64_t Geometry::batch_size_at(uint64_t batch_index) const {
   if (batch_index >= batches_per_rank) return 0;
+  if (spec.recorded) return spec.recorded->ranks.front()[batch_index].size();
   return batch_index + 1 == batches_per_rank ? last_batch_size : spec.batch_size;
 }
 
@@ -134,6 +164,7 @@ int64_t BatchPlan::sample_index(uint64_t rank, uint64_t position) const {
 }
 
 std::vector<int64_t> BatchPlan::batch_indices(uint64_t rank, uint64_t batch_index) const {
+  if (geometry_.spec.recorded) return geometry_.spec.recorded->ranks.at(rank).at(batch_index);
   const uint64_t size = geometry_.batch_size_at(batch_index);
   std::vector<int64_t> out;
   out.reserve(size);

@@ -2,10 +2,12 @@
 // Batch geometry exactly as torch.utils.data.DataLoader (and DistributedSampler)
 // deliver it. Counts are O(1) arithmetic; indices are produced on demand.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/order.h"
 
 namespace batchcheck {
 
@@ -21,6 +23,8 @@ struct LoaderSpec {
   uint64_t accumulation_steps = 1;
   bool distributed_sampler = false;  // DistributedSampler even at world_size 1 (DDP on one GPU)
   bool seed_negative = false;        // `seed` is a negative seed's two's complement
+  // loader.order: the batches as recorded; world_size is its number of ranks.
+  std::shared_ptr<const RecordedOrder> recorded;
 
   bool uses_distributed_sampler() const { return distributed_sampler || world_size > 1; }
 };
@@ -42,8 +46,10 @@ struct Geometry {
   uint64_t loader_dropped_per_rank = 0;  // the tail DataLoader(drop_last=True) discards
   uint64_t windows = 0;                  // accumulation windows per rank
   uint64_t last_window_batches = 0;      // micro-batches in the last window (K when full)
+  uint64_t recorded_undelivered = 0;     // a recorded order: distinct samples in no batch of any rank
 
   bool distributed() const { return spec.world_size > 1; }
+  bool recorded() const { return spec.recorded != nullptr; }
   // Distinct samples that reach no rank in an epoch (sampler cut + every rank's dropped
   // tail, where a dropped padding copy does not count: its original is delivered). <= N.
   uint64_t dropped_total() const;
@@ -55,7 +61,9 @@ struct Geometry {
   uint64_t batch_size_at(uint64_t batch_index) const;
 };
 
-// O(1) for any 64-bit sizes; throws InternalError if batch_size or world_size is 0.
+// O(1) for any 64-bit sizes; throws InternalError if batch_size or world_size is 0. A
+// recorded order's geometry is read from its batches (rank 0's sizes; InputError when the
+// order does not fit the dataset).
 Geometry compute_geometry(const LoaderSpec& spec);
 
 // The dataset indices of each rank's batches. `order` is the sampler's permutation of

@@ -316,7 +316,7 @@ void Replayer::run(const OrderFn& order) {
   backward_ = backward_enabled(cfg_);
   bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
-  BatchPlan plan(compute_geometry(spec), order(spec));
+  BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
   const Geometry& g = plan.geometry();
 
   std::vector<uint64_t> ranks;

@@ -13,7 +13,7 @@ namespace batchcheck {
 constexpr uint64_t kMaxPermutedSamples = uint64_t{1} << 28;
 
 std::vector<int64_t> sampler_order(const LoaderSpec& spec) {
-  if (!spec.shuffle || spec.samples == 0) return {};
+  if (!spec.shuffle || spec.samples == 0 || spec.recorded) return {};
   if (spec.samples > static_cast<uint64_t>(INT64_MAX)) throw InternalError("sampler_order: dataset too large");
   const auto n = static_cast<int64_t>(spec.samples);
   at::Tensor perm;

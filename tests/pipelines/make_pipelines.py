@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler, default_collate
 
 VOCAB, POSITIONS, CLASSES, BATCH = 100, 64, 3, 8
 
@@ -42,6 +42,24 @@ class Samples(Dataset):
 
     def __getitem__(self, i):
         return self.xs[i], self.ys[i]
+
+
+class Indices(Dataset):
+    """Yields its own index: iterating a DataLoader over it records the batches the same
+    loader delivers over the real dataset, with the same draws from the RNGs."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def record(loader_for):
+    return [b.tolist() for b in loader_for(Indices(40))]
 
 
 def pad_collate(pad, multiple=1):
@@ -90,9 +108,12 @@ def real_loop(model, loader):
     return {"batches": b, "failures": failures}
 
 
-def write_case(out, name, model, data, config, loader):
+def write_case(out, name, model, data, config, loader, order=None):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
+    if order is not None:
+        with open(os.path.join(d, "order.json"), "w") as f:
+            json.dump(order, f)
     torch.jit.script(model).save(os.path.join(d, "model.pt"))
     torch.save(data, os.path.join(d, "data.pt"))
     config = dict(config)
@@ -142,6 +163,49 @@ def main():
                             {"loader": {"batch_size": BATCH, "shuffle": True, "seed": 5, "collate": {"pad": {"inputs": 0}}}},
                             DataLoader(cds, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(5),
                                        collate_fn=pad_collate(0))))
+
+    # Orders no formula replays, recorded from the user's own loader (loader.order). Class 3
+    # of 3 in sample 13: the loop fails at the batches that hold it.
+    fxs, _ = sequences([[10] * 40], 3)
+    fys = torch.arange(40) % CLASSES
+    fys[13] = CLASSES
+    fds = Samples(fxs, fys)
+    fdata = {"inputs": fxs, "targets": fys}
+    order_cfg = {"loader": {"batch_size": BATCH, "order": "order.json"}}
+
+    # The global-seed pattern: torch.manual_seed(7), then DataLoader(shuffle=True) without a
+    # generator. The loader's iterator draws its base seed from the global RNG before the
+    # sampler does: recording through an identical loader keeps those draws.
+    def global_seed(dataset):
+        torch.manual_seed(7)
+        return DataLoader(dataset, batch_size=BATCH, shuffle=True)
+    order = record(global_seed)
+    cases.append(write_case(out, "global-seed", model, fdata, order_cfg, global_seed(fds), order))
+
+    # WeightedRandomSampler with replacement: sample 13 drawn often, some samples never.
+    weights = [1.0] * 40
+    weights[13] = 4.0
+
+    def weighted(dataset):
+        torch.manual_seed(3)
+        return DataLoader(dataset, batch_size=BATCH, sampler=WeightedRandomSampler(weights, num_samples=48, replacement=True))
+    order = record(weighted)
+    cases.append(write_case(out, "weighted", model, fdata, order_cfg, weighted(fds), order))
+
+    # A bucketing batch sampler: samples sorted by length, batches of at most 160 tokens
+    # (padded), so batch sizes vary; the one holding the 70-token sample fails.
+    by_length = sorted(range(len(xs)), key=lambda i: (len(xs[i]), i))
+    buckets, current = [], []
+    for i in by_length:
+        if current and (len(current) + 1) * len(xs[i]) > 160:
+            buckets.append(current)
+            current = []
+        current.append(i)
+    buckets.append(current)
+    cases.append(write_case(out, "bucketing", model, {"inputs": xs, "targets": ys},
+                            {"loader": {"order": "order.json", "collate": {"pad": {"inputs": 0}}}},
+                            DataLoader(ds, batch_sampler=buckets, collate_fn=pad_collate(0)),
+                            {"samples": len(xs), "ranks": [buckets]}))
 
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)
