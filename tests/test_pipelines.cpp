@@ -218,3 +218,33 @@ TEST_F(Pipelines, AnOrderRecordedForOtherDataIsRefusedNamingTheIndex) {
   EXPECT_EQ(err.str(), "batchcheck: error: stale.json: [1][1]: sample index 40 is outside the dataset's 40 samples (0..39): "
                        "the order was recorded for other data\n");
 }
+
+TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
+  // python/batchcheck_export.py from the user's own DataLoader, model and loss; then the same
+  // loader runs its epoch in the real loop (the helper restored the RNGs it drew from).
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"export-textpad", "forward", "forward-error"},
+      {"export-ragged-default", "collate", "collate-error"},
+      {"export-weighted", "forward", "target-out-of-range"},
+      {"export-shuffled", "forward", "target-out-of-range"},
+      {"export-fixed-clean", "forward", ""}};
+  for (const auto& [name, stage, id] : cases) {
+    SCOPED_TRACE(name);
+    const Json& t = truth(name);
+    Scan s = scan(name);
+    EXPECT_EQ(s.report["batches"]["checked"], t["batches"]);
+    if (id.empty()) {
+      EXPECT_TRUE(t["failures"].empty());
+      EXPECT_EQ(s.code, 0) << s.err << s.report["findings"].dump(1);
+      EXPECT_EQ(s.report["dataset"]["input_shape"], Json::parse("[10]"));  // written as .npy
+      continue;
+    }
+    const std::set<uint64_t> expected = loop_failures(t, stage);
+    ASSERT_FALSE(expected.empty());
+    EXPECT_EQ(s.code, 1) << s.err;
+    EXPECT_EQ(scan_failures(s.report, id), expected) << s.report["findings"].dump(1);
+  }
+  // A plain shuffled loader is recorded (its seed came from the global RNG).
+  EXPECT_EQ(scan("export-shuffled").report["geometry"]["sampler"], "recorded");
+  EXPECT_EQ(scan("export-textpad").report["geometry"]["sampler"], "sequential");
+}

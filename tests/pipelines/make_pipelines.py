@@ -12,6 +12,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from batchcheck_export import export_scan  # noqa: E402
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler, default_collate
 
@@ -206,6 +209,23 @@ def main():
                             {"loader": {"order": "order.json", "collate": {"pad": {"inputs": 0}}}},
                             DataLoader(ds, batch_sampler=buckets, collate_fn=pad_collate(0)),
                             {"samples": len(xs), "ranks": [buckets]}))
+
+    # The export helper, from the user's own objects: it writes the scan, then the user's own
+    # loader runs its epoch (the helper restored every RNG it drew from while recording).
+    def exported(name, loader, **kw):
+        export_scan(os.path.join(out, name), model, loader, loss=torch.nn.CrossEntropyLoss(), **kw)
+        truth = real_loop(model, loader)
+        truth["case"] = name
+        cases.append(truth)
+
+    exported("export-textpad", DataLoader(ds, batch_size=BATCH, collate_fn=pad_collate(0)), pad={"inputs": 0})
+    exported("export-ragged-default", DataLoader(ds, batch_size=BATCH))
+    torch.manual_seed(3)
+    exported("export-weighted", DataLoader(fds, batch_size=BATCH,
+                                           sampler=WeightedRandomSampler(weights, num_samples=48, replacement=True)))
+    torch.manual_seed(7)
+    exported("export-shuffled", DataLoader(fds, batch_size=BATCH, shuffle=True))
+    exported("export-fixed-clean", DataLoader(Samples(fxs, torch.arange(40) % CLASSES), batch_size=BATCH, drop_last=True))
 
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)

@@ -1,0 +1,299 @@
+"""Write a ready batchcheck scan from your own PyTorch objects.
+
+    from batchcheck_export import export_scan
+    export_scan("scan/", model, loader, loss=nn.CrossEntropyLoss())
+    # prints: batchcheck scan scan/config.json
+
+What it writes into the folder:
+  - model.pt: the model as TorchScript: torch.jit.script, or torch.jit.trace on the loader's
+    first batch when scripting fails (with a warning: a trace freezes control flow, the shapes
+    it saw, and the train/eval mode it was traced in);
+  - the dataset, read sample by sample (dataset[i], with progress on stderr): inputs.npy and
+    targets.npy when every sample has the same shape (streamed to disk, any size), else data.pt
+    holding a list of per-sample tensors per field (variable-length sequences);
+  - order.json: the batches your loader's next epoch delivers, when its order is not plain
+    sequential (shuffle, a sampler, a batch sampler). They are recorded through a copy of your
+    loader over a dataset of indices with the same sampler and generator, and every RNG it
+    draws from is restored afterwards, so your own training sees the same order;
+  - config.json: model, data, loader (batch size, drop_last, collate, order), loss.
+
+Your dataset must return (input, target) pairs, a single input, or a dict with the keys named
+by `input_key`/`target_key`. A collate_fn other than default_collate is described by `pad`:
+{"inputs": 0} for pad_sequence(batch_first=True, padding_value=0) of the inputs; the first
+batch is built both ways and must agree, else export_scan raises. Needs torch and numpy only.
+"""
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler, default_collate
+
+__all__ = ["export_scan", "loss_config"]
+
+
+class _Indices(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def loss_config(loss):
+    """The batchcheck `loss` section for a torch.nn loss module (or None: type "none")."""
+    if loss is None:
+        return {"type": "none"}
+    kinds = [(nn.CrossEntropyLoss, "cross_entropy"), (nn.NLLLoss, "nll"), (nn.BCEWithLogitsLoss, "bce_with_logits"),
+             (nn.BCELoss, "bce"), (nn.MSELoss, "mse"), (nn.L1Loss, "l1"), (nn.SmoothL1Loss, "smooth_l1")]
+    for cls, name in kinds:
+        if isinstance(loss, cls):
+            break
+    else:
+        raise TypeError("export_scan: batchcheck checks the losses CrossEntropyLoss, NLLLoss, BCEWithLogitsLoss, BCELoss, "
+                        "MSELoss, L1Loss and SmoothL1Loss; got %s (pass loss=None to check the model only)"
+                        % type(loss).__name__)
+    out = {"type": name}
+    if getattr(loss, "reduction", "mean") != "mean":
+        out["reduction"] = loss.reduction
+    if name in ("cross_entropy", "nll") and loss.ignore_index != -100:
+        out["ignore_index"] = loss.ignore_index
+    if name == "cross_entropy" and loss.label_smoothing:
+        out["label_smoothing"] = loss.label_smoothing
+    if name == "smooth_l1" and loss.beta != 1.0:
+        out["beta"] = loss.beta
+    weight = getattr(loss, "weight", None)
+    if weight is not None:
+        out["weight"] = weight.detach().cpu().flatten().tolist()
+    pos_weight = getattr(loss, "pos_weight", None)
+    if pos_weight is not None:
+        out["pos_weight"] = pos_weight.detach().cpu().flatten().tolist()
+    return out
+
+
+def _split(sample, input_key, target_key):
+    """(input, target or None) of one dataset item."""
+    if isinstance(sample, dict):
+        if input_key not in sample:
+            raise KeyError("export_scan: the dataset's samples are dicts without the key %r (keys: %s); pass input_key="
+                           % (input_key, ", ".join(map(str, sample))))
+        return sample[input_key], sample.get(target_key)
+    if isinstance(sample, (tuple, list)):
+        if len(sample) not in (1, 2):
+            raise ValueError("export_scan: a sample must be (input, target) or (input,); got %d elements" % len(sample))
+        return sample[0], (sample[1] if len(sample) == 2 else None)
+    return sample, None
+
+
+def _tensor(v, what, i):
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu()
+    if isinstance(v, np.ndarray):
+        return torch.from_numpy(v)
+    if isinstance(v, (int, float, bool)):
+        return torch.tensor(v)
+    raise TypeError("export_scan: the %s of sample %d is %s, not a tensor, an array or a number" % (what, i, type(v).__name__))
+
+
+class _Progress:
+    def __init__(self, total, what):
+        self.total, self.what, self.last = total, what, -1
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done):
+        pct = 100 * done // max(self.total, 1)
+        if pct != self.last and (self.tty or pct % 10 == 0):
+            self.last = pct
+            end = "\r" if self.tty and done < self.total else "\n"
+            sys.stderr.write("batchcheck_export: %s %d/%d (%d%%)%s" % (self.what, done, self.total, pct, end))
+            sys.stderr.flush()
+
+
+def _write_data(folder, dataset, input_key, target_key):
+    """Reads every sample once. Equal shapes: two .npy files written row by row through a
+    memory map (any size). Varying shapes: data.pt with a list of per-sample tensors."""
+    n = len(dataset)
+    progress = _Progress(n, "reading the dataset")
+    first_x, first_y = _split(dataset[0], input_key, target_key) if n else (None, None)
+    if n == 0:
+        raise ValueError("export_scan: the dataset is empty")
+    fx, fy = _tensor(first_x, "input", 0), (None if first_y is None else _tensor(first_y, "target", 0))
+    files = {}
+    maps = {}
+    ragged = {"inputs": [], "targets": []}
+    fixed = True
+    for i in range(n):
+        x, y = (first_x, first_y) if i == 0 else _split(dataset[i], input_key, target_key)
+        tx = _tensor(x, "input", i)
+        ty = None if fy is None else _tensor(y, "target", i)
+        if fixed and (tx.shape != fx.shape or (ty is not None and ty.shape != fy.shape)):
+            # Variable shapes: keep per-sample tensors (what was memory-mapped so far is re-read).
+            fixed = False
+            maps.clear()
+            for j in range(i):
+                xj, yj = _split(dataset[j], input_key, target_key)
+                ragged["inputs"].append(_tensor(xj, "input", j))
+                if fy is not None:
+                    ragged["targets"].append(_tensor(yj, "target", j))
+        if fixed:
+            for name, t in (("inputs", tx), ("targets", ty)):
+                if t is None:
+                    continue
+                if name not in maps:
+                    path = os.path.join(folder, name + ".npy")
+                    maps[name] = np.lib.format.open_memmap(path, mode="w+", dtype=t.numpy().dtype, shape=(n,) + tuple(t.shape))
+                    files[name] = name + ".npy"
+                maps[name][i] = t.numpy()
+        else:
+            ragged["inputs"].append(tx)
+            if ty is not None:
+                ragged["targets"].append(ty)
+        progress(i + 1)
+    if fixed:
+        for m in maps.values():
+            m.flush()
+        return {"format": "npy", **files}
+    for name in ("inputs.npy", "targets.npy"):
+        if os.path.exists(os.path.join(folder, name)):
+            os.remove(os.path.join(folder, name))
+    data = {"inputs": ragged["inputs"]}
+    if fy is not None:
+        # Targets of one shape are stacked; varying ones stay per sample.
+        shapes = {tuple(t.shape) for t in ragged["targets"]}
+        data["targets"] = torch.stack(ragged["targets"]) if len(shapes) == 1 else ragged["targets"]
+    torch.save(data, os.path.join(folder, "data.pt"))
+    return {"format": "pt", "path": "data.pt"}
+
+
+def _pad_batch(samples, pad, input_key, target_key):
+    xs, ys = [], []
+    for s in samples:
+        x, y = _split(s, input_key, target_key)
+        xs.append(_tensor(x, "input", 0))
+        ys.append(None if y is None else _tensor(y, "target", 0))
+
+    def field(ts, value):
+        return pad_sequence(ts, batch_first=True, padding_value=value) if value is not None else torch.stack(ts)
+    x = field(xs, pad.get("inputs"))
+    y = None if ys[0] is None else field(ys, pad.get("targets"))
+    return x, y
+
+
+def _rng_states(loader):
+    states = [("global", torch.get_rng_state())]
+    gens = {id(g): g for g in (loader.generator, getattr(loader.sampler, "generator", None),
+                               getattr(getattr(loader.batch_sampler, "sampler", None), "generator", None)) if g is not None}
+    return states, [(g, g.get_state()) for g in gens.values()]
+
+
+def _record_order(loader, n):
+    """The batches the loader's next epoch delivers, recorded through a loader over indices
+    that shares its batch sampler and generator; every RNG state is restored afterwards."""
+    global_state, gen_states = _rng_states(loader)
+    try:
+        probe = DataLoader(_Indices(n), batch_sampler=loader.batch_sampler, generator=loader.generator)
+        return [b.tolist() for b in probe]
+    finally:
+        torch.set_rng_state(global_state[0][1])
+        for g, s in gen_states:
+            g.set_state(s)
+
+
+def _plain_sequential(loader):
+    return isinstance(loader.sampler, SequentialSampler) and type(loader.batch_sampler) is BatchSampler
+
+
+def _script_or_trace(model, example, mode):
+    try:
+        return torch.jit.script(model), "script"
+    except Exception as e:  # TorchScript cannot compile the model: trace it on a real batch
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        warnings.warn("export_scan: torch.jit.script failed (%s); tracing the model on the first batch in %s mode instead. "
+                      "A trace freezes Python control flow and the shapes it saw, and keeps BatchNorm/dropout in %s mode: "
+                      "batchcheck reports a trace-mode mismatch if you scan it in the other mode" % (reason, mode, mode),
+                      stacklevel=3)
+        was_training = model.training
+        model.train(mode == "train")
+        try:
+            with torch.no_grad():
+                traced = torch.jit.trace(model, example, check_trace=False)
+        finally:
+            model.train(was_training)
+        return traced, "trace"
+
+
+def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train", pad=None, pad_to_multiple_of=1,
+                input_key="inputs", target_key="targets", **loader_kwargs):
+    """Writes model.pt, the data, order.json (when needed) and config.json into `folder`;
+    returns the config's path and prints the batchcheck command.
+
+    loader: your DataLoader; or pass dataset= and the DataLoader's keyword arguments
+    (batch_size=..., shuffle=..., sampler=..., drop_last=...) instead."""
+    if loader is None:
+        if dataset is None:
+            raise TypeError("export_scan: pass your DataLoader, or dataset= and its DataLoader arguments")
+        loader = DataLoader(dataset, **loader_kwargs)
+    elif loader_kwargs:
+        raise TypeError("export_scan: DataLoader arguments (%s) are read from the loader you passed" % ", ".join(loader_kwargs))
+    if mode not in ("train", "eval"):
+        raise ValueError("export_scan: mode is 'train' or 'eval', got %r" % (mode,))
+    dataset = loader.dataset
+    os.makedirs(folder, exist_ok=True)
+    n = len(dataset)
+
+    custom_collate = loader.collate_fn is not default_collate
+    if custom_collate and not pad:
+        raise ValueError("export_scan: the loader has its own collate_fn; describe it with pad={'inputs': <padding value>} "
+                         "(pad_sequence(batch_first=True)) or use default_collate")
+    order = None if _plain_sequential(loader) else _record_order(loader, n)
+    first_indices = order[0] if order else list(range(min(n, loader.batch_size or 1)))
+    samples = [dataset[i] for i in first_indices]
+    if pad:
+        x, _ = _pad_batch(samples, pad, input_key, target_key)
+        if pad_to_multiple_of > 1 and x.dim() > 1 and x.size(1) % pad_to_multiple_of:
+            widths = (0, 0) * (x.dim() - 2) + (0, pad_to_multiple_of - x.size(1) % pad_to_multiple_of)
+            x = nn.functional.pad(x, widths, value=pad.get("inputs", 0))
+        if custom_collate:
+            theirs = loader.collate_fn(samples)
+            tx = theirs[0] if isinstance(theirs, (tuple, list)) else theirs
+            if not isinstance(tx, torch.Tensor) or tx.shape != x.shape or not torch.equal(tx, x):
+                raise ValueError("export_scan: your collate_fn's first batch differs from pad_sequence(batch_first=True) "
+                                 "with %r: batchcheck would not check the batches you train on" % (pad,))
+    else:
+        try:
+            batch = default_collate(samples)
+        except RuntimeError:  # ragged samples: batchcheck reports where default_collate fails
+            batch = default_collate(samples[:1])
+        x = batch[0] if isinstance(batch, (tuple, list)) else (batch[input_key] if isinstance(batch, dict) else batch)
+
+    scripted, how = _script_or_trace(model, x, mode)
+    scripted.save(os.path.join(folder, "model.pt"))
+    data = _write_data(folder, dataset, input_key, target_key)
+
+    loader_cfg = {}
+    if loader.batch_size is not None:
+        loader_cfg["batch_size"] = loader.batch_size
+    if _plain_sequential(loader):
+        if loader.drop_last:
+            loader_cfg["drop_last"] = True
+    else:
+        with open(os.path.join(folder, "order.json"), "w") as f:
+            json.dump({"samples": n, "ranks": [order]}, f)
+        loader_cfg["order"] = "order.json"
+    if pad:
+        loader_cfg["collate"] = {"pad": dict(pad)}
+        if pad_to_multiple_of > 1:
+            loader_cfg["collate"]["pad_to_multiple_of"] = pad_to_multiple_of
+    config = {"model": {"path": "model.pt", "mode": mode}, "data": data, "loader": loader_cfg, "loss": loss_config(loss)}
+    path = os.path.join(folder, "config.json")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    print("batchcheck scan %s   # model %sed, %d samples%s" % (path, how, n, ", recorded order" if "order" in loader_cfg else ""))
+    return path
