@@ -173,7 +173,8 @@ std::vector<BadInput> catalogue() {
       {"text file as model", on_valid([](Workspace& w) { write_text(w.file("m.pt"), "def forward(x): return x\n"); }), 2,
        "PREFIX:" + e + "m.pt: not a loadable TorchScript archive (torch.jit.save of a scripted or traced module): "},
       {"forward needs two inputs", on_valid([](Workspace& w) { w.model("def forward(self, x, y):\n    return x + y\n"); }), 2,
-       e + "m.pt: forward: takes 2 required inputs (x, y); batchcheck feeds exactly one input tensor"},
+       e + "m.pt: forward: takes 2 required inputs (x, y); batchcheck feeds one input tensor unless model.inputs names the "
+           "data fields that feed them, e.g. \"inputs\": [\"x\", \"y\"]"},
       {"output key not returned", on_valid([](Workspace& w) {
          w.model("def forward(self, x):\n    return {'logits': x.sum(1, keepdim=True)}\n");
          write_text(w.file("cfg.json"), replace(kGood, "{\"path\": \"m.pt\"}", "{\"path\": \"m.pt\", \"output\": \"out\"}"));

@@ -234,12 +234,12 @@ TEST(Config, CollateDefaultOrPadPerField) {
   Config d = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": "default"})"), "/base");
   EXPECT_FALSE(d.loader.collate.pads());
   Config p = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 0, "targets": -100}, "pad_to_multiple_of": 8}})"), "/base");
-  EXPECT_EQ(p.loader.collate.pad_inputs, 0.0);
-  EXPECT_EQ(p.loader.collate.pad_targets, -100.0);
+  EXPECT_EQ(p.loader.collate.pad_for("x", false), 0.0);
+  EXPECT_EQ(p.loader.collate.pad_for("y", true), -100.0);
   EXPECT_EQ(p.loader.collate.pad_to_multiple_of, 8u);
   Config only = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 1.5}}})"), "/base");
-  EXPECT_EQ(only.loader.collate.pad_inputs, 1.5);
-  EXPECT_FALSE(only.loader.collate.pad_targets);
+  EXPECT_EQ(only.loader.collate.pad_for("inputs", false), 1.5);
+  EXPECT_FALSE(only.loader.collate.pad_for("targets", true));
   EXPECT_EQ(only.loader.collate.pad_to_multiple_of, 1u);
 
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": "pad"})")),
@@ -247,7 +247,7 @@ TEST(Config, CollateDefaultOrPadPerField) {
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": "defualt"})")),
             "batchcheck: error: cfg.json: loader.collate: unknown value \"defualt\"; did you mean \"default\"?");
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {"input": 0}}})")),
-            "batchcheck: error: cfg.json: loader.collate.pad.input: unknown key; did you mean \"inputs\"?");
+            "batchcheck: error: cfg.json: loader.collate.pad.input: no such field (fields: inputs, targets); did you mean \"inputs\"?");
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {}}})")),
             "batchcheck: error: cfg.json: loader.collate.pad: name a field to pad with its padding value, e.g. {\"inputs\": 0}");
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad_to_multiple_of": 8}})")),
@@ -284,4 +284,47 @@ TEST(Config, RecordedOrderReplacesTheSampler) {
             "samples each batch of each rank holds; remove \"shuffle\"");
   EXPECT_EQ(err(R"({"order": "missing.json"})"), "batchcheck: error: missing.json: cannot read: No such file or directory");
   fs::remove_all(dir);
+}
+
+TEST(Config, ModelInputsNameTheFields) {
+  const std::string two_npy = R"("data": {"inputs": {"ids": "ids.npy", "mask": "mask.npy"}, "targets": "y.npy"})";
+  auto cfg = [&](const std::string& model, const std::string& data) {
+    return "{" + model + ", " + data + R"(, "loader": {"batch_size": 8}})";
+  };
+  Config p = parse_config("cfg.json", cfg(R"("model": {"path": "m.pt", "inputs": ["ids", "mask"]})", two_npy), "/base");
+  EXPECT_EQ(p.model.inputs_kind, InputsKind::Positional);
+  EXPECT_EQ(p.model.input_fields, (std::vector<std::string>{"ids", "mask"}));
+  EXPECT_EQ(p.data.field_files, (std::vector<std::string>{"/base/ids.npy", "/base/mask.npy"}));
+  Config n = parse_config("cfg.json", cfg(R"("model": {"path": "m.pt", "inputs": {"attention_mask": "mask", "input_ids": "ids"}})", two_npy), "/base");
+  EXPECT_EQ(n.model.inputs_kind, InputsKind::Named);
+  EXPECT_EQ(n.model.input_args, (std::vector<std::string>{"attention_mask", "input_ids"}));
+  EXPECT_EQ(n.model.input_fields, (std::vector<std::string>{"mask", "ids"}));
+  EXPECT_EQ(parse_config("cfg.json", cfg(R"("model": {"path": "m.pt", "inputs": "record"})", two_npy), "/base").model.inputs_kind,
+            InputsKind::Record);
+
+  auto err = [&](const std::string& model, const std::string& data) {
+    try {
+      parse_config("cfg.json", cfg(model, data), "/base");
+    } catch (const InputError& e) {
+      return format_error(e);
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(err(R"("model": {"path": "m.pt"})", two_npy),
+            "batchcheck: error: cfg.json: model.inputs: missing: data.inputs names 2 fields (ids, mask); list the ones forward "
+            "takes, in order, or \"record\"");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids", "maks"]})", two_npy),
+            "batchcheck: error: cfg.json: model.inputs[1]: no field \"maks\" in data.inputs (fields: ids, mask); did you mean \"mask\"?");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids"]})", R"("data": {"inputs": "x.npy", "targets": "y.npy"})"),
+            "batchcheck: error: cfg.json: model.inputs[0]: names the field \"ids\" but data.inputs is one .npy file; map each "
+            "field to its file: \"inputs\": {\"ids\": \"ids.npy\", ...}");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": "all"})", two_npy),
+            "batchcheck: error: cfg.json: model.inputs: expected \"record\" (the whole record as one Dict[str, Tensor] argument), "
+            "a list of fields or an object of argument -> field, got \"all\"");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids", "ids"]})", two_npy),
+            "batchcheck: error: cfg.json: model.inputs[1]: the field \"ids\" is already inputs[0]");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt2", "inputs": "record"})", two_npy),
+            "batchcheck: error: cfg.json: model.inputs: a .pt2 program takes its inputs positionally: list the fields in forward's order");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids", "mask"]})", R"("data": {"path": "d.pt", "inputs": {"ids": "ids.npy"}})"),
+            "batchcheck: error: cfg.json: data.inputs: an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
 }

@@ -248,3 +248,60 @@ TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
   EXPECT_EQ(scan("export-shuffled").report["geometry"]["sampler"], "recorded");
   EXPECT_EQ(scan("export-textpad").report["geometry"]["sampler"], "sequential");
 }
+
+TEST_F(Pipelines, TwoInputsFromDictRecordsPositionallyByNameOrAsOneDict) {
+  for (const std::string name : {"two-input-positional", "two-input-named", "dict-record"}) {
+    SCOPED_TRACE(name);
+    const Json& t = truth(name);
+    const std::set<uint64_t> expected = loop_failures(t, "forward");
+    ASSERT_EQ(expected, (std::set<uint64_t>{3}));
+    Scan s = scan(name);
+    EXPECT_EQ(s.code, 1) << s.err;
+    EXPECT_EQ(scan_failures(s.report, "forward-error"), expected) << s.report["findings"].dump(1);
+    EXPECT_EQ(s.report["summary"]["errors"], 1) << s.report["findings"].dump(1);
+    EXPECT_EQ(s.report["dataset"]["input_shape"], Json::parse("[-1]"));
+  }
+}
+
+TEST_F(Pipelines, ModelInputsThatDoNotFitForwardOrTheDataAreRefusedAtLoad) {
+  auto with_inputs = [&](const std::string& name, const Json& inputs) {
+    const std::string dir = (dir_->path() / name).string();
+    std::ifstream in(dir + "/config.json");
+    Json cfg = Json::parse(in);
+    cfg["model"]["inputs"] = inputs;
+    if (inputs.is_object() && !inputs.contains("attention_mask")) cfg["loader"]["collate"]["pad"].erase("attention_mask");
+    const std::string path = dir + "/variant.json";
+    std::ofstream(path) << cfg.dump();
+    std::ostringstream out, err;
+    const int code = run_cli({"scan", path, "-q"}, out, err);
+    EXPECT_EQ(code, 2) << err.str();
+    return err.str();
+  };
+  const std::string two = (dir_->path() / "two-input-positional" / "model.pt").string();
+  const std::string rec = (dir_->path() / "dict-record" / "model.pt").string();
+  EXPECT_EQ(with_inputs("dict-record", Json::parse(R"(["input_ids", "attention_mask"])")),
+            "batchcheck: error: " + rec + ": forward: takes 1 required input (batch) but model.inputs lists 2 fields (input_ids, attention_mask)\n");
+  EXPECT_EQ(with_inputs("two-input-positional", "record"),
+            "batchcheck: error: " + two + ": forward: takes 2 required inputs (input_ids, attention_mask), its first is Tensor; "
+            "model.inputs \"record\" passes the whole record (input_ids, attention_mask) as one Dict[str, Tensor] argument\n");
+  EXPECT_EQ(with_inputs("two-input-positional", Json::parse(R"({"input_id": "input_ids", "attention_mask": "attention_mask"})")),
+            "batchcheck: error: " + two + ": forward: has no argument \"input_id\", which model.inputs names (arguments: "
+            "input_ids, attention_mask); did you mean \"input_ids\"?\n");
+  EXPECT_EQ(with_inputs("two-input-positional", Json::parse(R"({"input_ids": "input_ids"})")),
+            "batchcheck: error: " + two + ": forward: argument \"attention_mask\" has no default and model.inputs names no field for it\n");
+  EXPECT_EQ(with_inputs("two-input-positional", Json::parse(R"(["input_ids", "attn_mask"])")),
+            "batchcheck: error: data.pt: sample 0, key \"attn_mask\": missing, but model.inputs names it (keys: input_ids, "
+            "attention_mask, label); did you mean \"attention_mask\"?\n");
+}
+
+TEST_F(Pipelines, EachInputFieldIsCheckedAndNamed) {
+  Scan s = scan("npy-two-fields");
+  EXPECT_EQ(s.code, 1) << s.err;
+  ASSERT_GE(s.report["findings"].size(), 1u) << s.report["findings"].dump(1);
+  const Json& f = s.report["findings"][0];
+  EXPECT_EQ(f["id"], "input-nonfinite");
+  EXPECT_EQ(f["batch"], 0);
+  EXPECT_EQ(f["samples"], Json::parse("[5]"));
+  EXPECT_EQ(f["evidence"]["field"], "b");
+  EXPECT_EQ(f["message"].get<std::string>().rfind("field \"b\": ", 0), 0u) << f["message"];
+}

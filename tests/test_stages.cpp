@@ -123,7 +123,7 @@ TEST(CollateStage, NamesTheCollateTheFieldAndTheShapes) {
   f.error = "stack expects each tensor to be equal size, but got [5] at entry 0 and [7] at entry 2";
   f.shapes = {{{5}, 2}, {{7}, 1}, {{5, 2}, 1}};
   f.rows = {0, 2, 3};
-  Emitted e = collate_finding(f, CollateConfig{});
+  Emitted e = collate_finding(f);
   EXPECT_EQ(e.id, "collate-error");
   EXPECT_EQ(e.stage, "collate");
   EXPECT_EQ(e.message,
@@ -136,12 +136,11 @@ TEST(CollateStage, NamesTheCollateTheFieldAndTheShapes) {
   EXPECT_EQ(e.evidence["sample_shapes"][1]["shape"], nlohmann::ordered_json::parse("[7]"));
 
   // A padded field that still fails: pad_sequence's own message, no advice to pad.
-  CollateConfig pad;
-  pad.pad_inputs = 0;
+  f.padded = true;
   f.error = "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 1";
   f.shapes = {{{4, 2}, 1}, {{6, 3}, 1}};
   f.rows = {0, 1};
-  Emitted p = collate_finding(f, pad);
+  Emitted p = collate_finding(f);
   EXPECT_EQ(p.message, "pad_sequence cannot put this batch's inputs together: The size of tensor a (2) must match the "
                        "size of tensor b (3) at non-singleton dimension 1; the samples' shapes: [4, 2], [6, 3]");
   EXPECT_EQ(p.evidence["collate"], "pad");

@@ -51,8 +51,9 @@ struct ModelInfo {
 // shape, or pad_sequence on samples whose trailing dimensions differ. PyTorch raises it from
 // next(iter(loader)) at that batch, before the model runs.
 struct CollateFailure {
-  std::string field;  // "inputs" or "targets"
-  std::string error;  // LibTorch's own message, as PyTorch raises it
+  std::string field;    // the field's name ("inputs", "targets", or a record's key)
+  bool padded = false;  // loader.collate pads it (pad_sequence), else default_collate stacks it
+  std::string error;    // LibTorch's own message, as PyTorch raises it
   // The distinct per-sample shapes in batch order, with how many rows have each; a rank
   // that differs is a shape too.
   std::vector<std::pair<std::vector<int64_t>, uint64_t>> shapes;
@@ -112,7 +113,12 @@ class Backend {
   // while the current batch runs; load_batch() with the same indices then takes it.
   virtual void prefetch(const std::vector<int64_t>& /*indices*/) {}
   // Shapes and dtypes of the current batch's tensors (Output after a successful forward).
+  // Slot::Input is the first input field.
   virtual TensorMeta meta(Slot slot) const = 0;
+  // The input fields forward takes, in order ({"inputs"} for one), and each one's batch.
+  virtual std::vector<std::string> input_names() const { return {"inputs"}; }
+  virtual TensorMeta input_meta(std::size_t /*field*/) const { return meta(Slot::Input); }
+  virtual ValueStats check_input(std::size_t /*field*/, const ValueRule& rule) { return check(Slot::Input, rule); }
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;
   virtual ForwardResult forward() = 0;
   virtual LossResult loss(const LossConfig& loss) = 0;

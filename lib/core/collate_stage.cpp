@@ -5,8 +5,8 @@
 
 namespace batchcheck {
 
-Emitted collate_finding(const CollateFailure& failure, const CollateConfig& collate) {
-  const bool padded = failure.field == "inputs" ? collate.pad_inputs.has_value() : collate.pad_targets.has_value();
+Emitted collate_finding(const CollateFailure& failure) {
+  const bool padded = failure.padded;
   Emitted e;
   e.id = "collate-error";
   e.stage = "collate";

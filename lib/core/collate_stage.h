@@ -8,6 +8,6 @@
 
 namespace batchcheck {
 
-Emitted collate_finding(const CollateFailure& failure, const CollateConfig& collate);
+Emitted collate_finding(const CollateFailure& failure);
 
 }  // namespace batchcheck

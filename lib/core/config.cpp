@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/errors.h"
@@ -48,8 +49,46 @@ std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) 
   return r;
 }
 
+// "inputs": ["a", "b"] | {"arg": "field", ...} | "record".
+void parse_inputs(const JsonObject& m, ModelConfig& out) {
+  const json* v = m.find("inputs");
+  if (!v) return;
+  auto field = [&](const json& e, const std::string& where) {
+    if (!e.is_string() || e.get<std::string>().empty()) m.fail(where, "expected a field name (a non-empty string), got " + describe_json(e));
+    return e.get<std::string>();
+  };
+  if (v->is_string()) {
+    if (v->get<std::string>() != "record") {
+      m.fail("inputs", "expected \"record\" (the whole record as one Dict[str, Tensor] argument), a list of fields or "
+                       "an object of argument -> field, got " + describe_json(*v));
+    }
+    out.inputs_kind = InputsKind::Record;
+  } else if (v->is_array()) {
+    if (v->empty()) m.fail("inputs", "expected at least one field");
+    out.inputs_kind = InputsKind::Positional;
+    for (std::size_t i = 0; i < v->size(); ++i) out.input_fields.push_back(field((*v)[i], "inputs[" + std::to_string(i) + "]"));
+  } else if (v->is_object()) {
+    if (v->empty()) m.fail("inputs", "expected at least one argument -> field");
+    out.inputs_kind = InputsKind::Named;
+    for (const auto& item : v->items()) {
+      out.input_args.push_back(item.key());
+      out.input_fields.push_back(field(item.value(), "inputs." + item.key()));
+    }
+  } else {
+    m.fail("inputs", "expected a list of fields, an object of argument -> field, or \"record\", got " + describe_json(*v));
+  }
+  for (std::size_t i = 0; i < out.input_fields.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out.input_fields[i] == out.input_fields[j] && out.inputs_kind == InputsKind::Positional) {
+        m.fail("inputs[" + std::to_string(i) + "]", "the field \"" + out.input_fields[i] + "\" is already inputs[" + std::to_string(j) + "]");
+      }
+    }
+  }
+}
+
 void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
-  m.reject_unknown({"path", "format", "mode", "output"});
+  m.reject_unknown({"path", "format", "mode", "output", "inputs"});
+  parse_inputs(m, out);
   const std::string path = m.required_string("path");
   out.path = resolve(base, path);
   if (auto format = m.choice("format", {"torchscript", "pt2"})) {
@@ -78,7 +117,22 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   d.reject_unknown({"format", "inputs", "targets", "path"});
   auto format = d.choice("format", {"npy", "pt"});
   auto path = d.string("path");
-  auto inputs = d.string("inputs");
+  const json* inputs_value = d.find("inputs");
+  const bool inputs_map = inputs_value && inputs_value->is_object();
+  if (inputs_map) {
+    if (format == "pt" || path) d.fail("inputs", "an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
+    if (inputs_value->empty()) d.fail("inputs", "expected at least one field -> .npy file");
+    for (const auto& item : inputs_value->items()) {
+      if (!item.value().is_string() || item.value().get<std::string>().empty()) {
+        d.fail("inputs." + item.key(), "expected a .npy file name, got " + describe_json(item.value()));
+      }
+      out.field_names.push_back(item.key());
+      out.field_displays.push_back(item.value().get<std::string>());
+      out.field_files.push_back(resolve(base, item.value().get<std::string>()));
+    }
+    format = "npy";
+  }
+  auto inputs = inputs_map ? std::optional<std::string>(out.field_displays.front()) : d.string("inputs");
   if (!format) {
     // Inferred from the file extension, as SPEC.md promises.
     if (path && (ends_with(*path, ".pt") || ends_with(*path, ".pth"))) {
@@ -94,7 +148,7 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   out.format = *format == "npy" ? DataFormat::Npy : DataFormat::Pt;
   if (out.format == DataFormat::Npy) {
     if (path) d.fail("path", "not used with format \"npy\"; name the files in \"inputs\" and \"targets\"");
-    out.inputs_display = d.required_string("inputs");
+    out.inputs_display = inputs_map ? out.field_displays.front() : d.required_string("inputs");
     out.inputs = resolve(base, out.inputs_display);
     auto targets = d.string("targets");
     out.has_targets = targets.has_value();
@@ -130,9 +184,11 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
   co.reject_unknown({"pad", "pad_to_multiple_of"});
   if (co.has("pad")) {
     const JsonObject pad = co.object("pad");
-    pad.reject_unknown({"inputs", "targets"});
-    out.pad_inputs = pad.number("inputs");
-    out.pad_targets = pad.number("targets");
+    const json& fields = *co.find("pad");
+    if (!fields.is_object()) co.fail("pad", "expected an object of field -> padding value, e.g. {\"inputs\": 0}, got " + describe_json(fields));
+    for (const auto& item : fields.items()) {
+      if (auto v = pad.number(item.key())) out.pad.emplace_back(item.key(), *v);
+    }
     if (!out.pads()) co.fail("pad", "name a field to pad with its padding value, e.g. {\"inputs\": 0}");
   }
   if (auto m = co.uint("pad_to_multiple_of", 1)) {
@@ -324,6 +380,50 @@ bool valid_device(const std::string& device) {
 }
 
 namespace {
+// model.inputs against the data's fields, where the config alone says them (.npy files);
+// the keys of a .pt file are checked when it is read.
+void check_fields(const JsonObject& top, const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const DataConfig& d = cfg.data;
+  const JsonObject model = top.object("model");
+  if (m.format == ModelFormat::Pt2 && (m.inputs_kind == InputsKind::Named || m.inputs_kind == InputsKind::Record)) {
+    model.fail("inputs", "a .pt2 program takes its inputs positionally: list the fields in forward's order");
+  }
+  if (d.format != DataFormat::Npy) return;
+  const bool mapped = !d.field_names.empty();
+  if (m.inputs_kind == InputsKind::Single && d.field_names.size() > 1) {
+    model.fail("inputs", "missing: data.inputs names " + std::to_string(d.field_names.size()) + " fields (" +
+                             join(d.field_names) + "); list the ones forward takes, in order, or \"record\"");
+  }
+  if (m.inputs_kind == InputsKind::Positional || m.inputs_kind == InputsKind::Named) {
+    for (std::size_t i = 0; i < m.input_fields.size(); ++i) {
+      const std::string& f = m.input_fields[i];
+      const std::string where = m.inputs_kind == InputsKind::Named ? "inputs." + m.input_args[i] : "inputs[" + std::to_string(i) + "]";
+      if (!mapped) {
+        model.fail(where, "names the field \"" + f + "\" but data.inputs is one .npy file; map each field to its file: "
+                          "\"inputs\": {\"" + f + "\": \"" + f + ".npy\", ...}");
+      }
+      if (std::find(d.field_names.begin(), d.field_names.end(), f) == d.field_names.end()) {
+        model.fail(where, "no field \"" + f + "\" in data.inputs (fields: " + join(d.field_names) + ")" + did_you_mean(f, d.field_names));
+      }
+    }
+  }
+  if (m.inputs_kind == InputsKind::Record && !mapped) {
+    model.fail("inputs", "\"record\" passes named fields as one Dict[str, Tensor]: map each field to its .npy file in data.inputs");
+  }
+  const JsonObject loader = top.object("loader");
+  for (const auto& [name, value] : cfg.loader.collate.pad) {
+    (void)value;
+    const bool known = name == "inputs" || name == "targets" ||
+                       std::find(d.field_names.begin(), d.field_names.end(), name) != d.field_names.end();
+    if (!known) {
+      std::vector<std::string> names = d.field_names;
+      names.insert(names.end(), {"inputs", "targets"});
+      loader.object("collate").object("pad").fail(name, "no such field (fields: " + join(names) + ")" + did_you_mean(name, names));
+    }
+  }
+}
+
 Config config_from_json(const std::string& display_path, const json& root, const std::string& base_dir) {
   JsonObject top(display_path, "", root);
   top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync"});
@@ -342,6 +442,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
     cfg.device = *device;
   }
   cfg.sync = top.boolean("sync").value_or(true);
+  check_fields(top, cfg);
   return cfg;
 }
 }  // namespace

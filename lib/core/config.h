@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -38,8 +39,19 @@ struct Range {
   double lo = 0, hi = 0;
 };
 
+// model.inputs: which data fields feed forward, and how.
+enum class InputsKind {
+  Single,      // unset: the one input field, as forward's only argument
+  Positional,  // ["input_ids", "attention_mask"]: passed in this order
+  Named,       // {"input_ids": "ids", ...}: forward's argument name -> field
+  Record,      // "record": every input field, as one Dict[str, Tensor] argument
+};
+
 struct ModelConfig {
   std::string path;  // resolved against the config file's folder
+  InputsKind inputs_kind = InputsKind::Single;
+  std::vector<std::string> input_fields;  // Positional, Named: the fields, in forward's order
+  std::vector<std::string> input_args;    // Named: the argument each field feeds
   ModelFormat format = ModelFormat::TorchScript;  // "format", else from the extension (.pt2)
   Mode mode = Mode::Train;  // a .pt2 program runs as exported: eval, and train is refused
   // Which element of a tuple/list (index) or dict (key) is the prediction.
@@ -50,6 +62,8 @@ struct DataConfig {
   DataFormat format = DataFormat::Npy;
   // npy: the two files (resolved). pt: `path` is the file, inputs/targets are keys.
   std::string inputs, targets, path;
+  // npy with several input fields: "inputs": {"input_ids": "ids.npy", ...} (files resolved).
+  std::vector<std::string> field_names, field_files, field_displays;
   bool has_targets = true;
   bool targets_explicit = false;  // pt: the key was named, so it must exist
   // The paths as the user wrote them, for messages.
@@ -61,9 +75,20 @@ struct DataConfig {
 // padded field is pad_sequence(batch_first=True, padding_value=...) of its samples, its length
 // rounded up to a multiple of `pad_to_multiple_of`.
 struct CollateConfig {
-  std::optional<double> pad_inputs, pad_targets;  // padding values; unset: stacked
+  // Padding value per field (its name, or "inputs"/"targets" for the input and target of a
+  // one-input setup); a field not named is stacked.
+  std::vector<std::pair<std::string, double>> pad;
   uint64_t pad_to_multiple_of = 1;
-  bool pads() const { return pad_inputs || pad_targets; }
+  bool pads() const { return !pad.empty(); }
+  std::optional<double> pad_for(const std::string& field, bool target) const {
+    for (const auto& [name, value] : pad) {
+      if (name == field) return value;
+    }
+    for (const auto& [name, value] : pad) {
+      if (name == (target ? "targets" : "inputs")) return value;
+    }
+    return std::nullopt;
+  }
 };
 
 struct LoaderConfig {

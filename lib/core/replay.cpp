@@ -38,6 +38,18 @@ class CurrentBatch : public BatchView {
   Backend& backend_;
 };
 
+// One input field of the Backend's current batch, for its value checks.
+class InputField : public BatchView {
+ public:
+  InputField(Backend& b, std::size_t field) : backend_(b), field_(field) {}
+  ValueStats check(Slot, const ValueRule& rule) override { return backend_.check_input(field_, rule); }
+  LossResult loss(const LossConfig&) override { return {}; }
+
+ private:
+  Backend& backend_;
+  std::size_t field_;
+};
+
 // A batch whose post-forward stage runs on the worker.
 struct PendingPost {
   std::vector<int64_t> indices;
@@ -160,15 +172,27 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   if (collate) {
     // PyTorch raises from next(iter(loader)): the model never sees this batch.
     collect_pending();
-    apply(ctx, {collate_finding(*collate, cfg_.loader.collate)});
+    apply(ctx, {collate_finding(*collate)});
     sink_.end(step_end(ctx, false));
     return;
   }
-  const TensorMeta input = backend_.meta(Slot::Input);
-  if (auto rule = input_rule(input)) {
-    CurrentBatch current(backend_);
+  // Every input field: one finding per field, named when there are several.
+  const std::vector<std::string> names = backend_.input_names();
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const TensorMeta input = backend_.input_meta(k);
+    auto rule = input_rule(input);
+    if (!rule) continue;
+    InputField view(backend_, k);
+    ValueStats stats = view.check(Slot::Input, *rule);
+    if (stats.ok()) continue;
     std::vector<Emitted> emitted;
-    check_values(ctx, Slot::Input, *rule, input, current, emitted);
+    check_values(ctx, Slot::Input, *rule, input, view, emitted, &stats);
+    if (names.size() > 1) {
+      for (auto& e : emitted) {
+        e.message = "field \"" + names[k] + "\": " + e.message;
+        e.evidence["field"] = names[k];
+      }
+    }
     apply(ctx, emitted);
   }
   const bool inputs_bad = batch_has_error_;

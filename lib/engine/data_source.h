@@ -13,29 +13,23 @@
 
 namespace batchcheck {
 
+// A field: input k (0 .. input_names().size() - 1, in forward's order) or the target.
+constexpr int kTargetField = -1;
+
 class DataSource {
  public:
   virtual ~DataSource() = default;
   virtual uint64_t samples() const = 0;
+  // The input fields forward takes, in order: {"inputs"} for one input.
+  virtual const std::vector<std::string>& input_names() const = 0;
   virtual bool has_targets() const = 0;
-  virtual TensorMeta sample_meta(bool target) const = 0;
+  // Per-sample shape and dtype; a dimension that varies between samples is -1.
+  virtual TensorMeta sample_meta(int field) const = 0;
   // The collated batch of these samples (CollateConfig), or undefined without targets.
   // Throws CollateError where the DataLoader's collate_fn raises.
-  virtual at::Tensor gather(bool target, const std::vector<int64_t>& indices) const = 0;
-  // Bytes read per sample (inputs and targets), to decide whether prefetching pays.
-  virtual uint64_t sample_bytes() const {
-    uint64_t total = 0;
-    for (bool target : {false, true}) {
-      TensorMeta m = sample_meta(target);
-      if (!m.present) continue;
-      const uint64_t size = m.dtype == "float64" || m.dtype == "int64"   ? 8
-                            : m.dtype == "float32" || m.dtype == "int32" ? 4
-                            : m.dtype == "float16" || m.dtype == "int16" ? 2
-                                                                         : 1;
-      total += size * m.numel();
-    }
-    return total;
-  }
+  virtual at::Tensor gather(int field, const std::vector<int64_t>& indices) const = 0;
+  // Bytes read per sample (every field), to decide whether prefetching pays.
+  virtual uint64_t sample_bytes() const = 0;
 };
 
 struct CollateError {
@@ -48,7 +42,8 @@ struct CollateError {
 at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::string& field, std::optional<double> pad,
                            uint64_t multiple);
 
-// Opens the data the config names. Throws InputError for unusable files.
-std::unique_ptr<DataSource> open_data_source(const DataConfig& data, const CollateConfig& collate);
+// Opens the data the config names, with the fields model.inputs asks for. Throws InputError
+// for unusable files and fields that are not there.
+std::unique_ptr<DataSource> open_data_source(const Config& cfg);
 
 }  // namespace batchcheck

@@ -19,8 +19,9 @@ namespace batchcheck {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // Throws what the model raises (the backend turns it into a finding).
-  virtual c10::IValue forward(const at::Tensor& input) = 0;
+  // The batch's input fields in model.inputs order. Throws what the model raises (the
+  // backend turns it into a finding).
+  virtual c10::IValue forward(const std::vector<at::Tensor>& inputs) = 0;
   virtual const ModelInfo& info() const = 0;
   // (qualified name, parameter) for the gradient check; empty without autograd.
   virtual const std::vector<std::pair<std::string, at::Tensor>>& parameters() const = 0;
@@ -31,7 +32,10 @@ class ModelRunner {
 };
 
 // Both throw InputError for a file that is not a loadable model of their format.
-std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device);
+// `fields`: the input fields the data holds, in model.inputs order (all of a record), checked
+// against forward's schema.
+std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
+                                              const std::vector<std::string>& fields);
 std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device);
 
 }  // namespace batchcheck

@@ -123,11 +123,11 @@ class AotiRunner : public ModelRunner {
     info_.format = "pt2";
   }
 
-  c10::IValue forward(const at::Tensor& input) override {
+  c10::IValue forward(const std::vector<at::Tensor>& inputs) override {
     std::vector<at::Tensor> out;
     {
       QuietStderr quiet;
-      out = loader_->run({input});
+      out = loader_->run(inputs);
     }
     if (out.size() == 1) return out.front();
     // A program returns its outputs flattened: a tuple, selected by index ("output": N).

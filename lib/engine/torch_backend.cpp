@@ -148,16 +148,17 @@ class TorchBackend : public Backend {
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Pt ? cfg.data.path_display : cfg.data.inputs_display);
-    data_ = open_data_source(cfg.data, cfg.loader.collate);
+    data_ = open_data_source(cfg);
     if (opt.loading) opt.loading(cfg.model.path);
-    model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_) : load_torchscript(cfg.model, device_);
+    model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
+                                                  : load_torchscript(cfg.model, device_, data_->input_names());
   }
 
   DatasetInfo dataset() const override {
     DatasetInfo d;
     d.samples = data_->samples();
-    d.input = data_->sample_meta(false);
-    d.target = data_->sample_meta(true);
+    d.input = data_->sample_meta(0);
+    d.target = data_->sample_meta(kTargetField);
     d.has_targets = data_->has_targets();
     return d;
   }
@@ -172,7 +173,7 @@ class TorchBackend : public Backend {
     } else {
       s = stage(indices);
     }
-    input_ = std::move(s.input);
+    inputs_ = std::move(s.inputs);
     target_ = std::move(s.target);
     input_stats_ = std::move(s.input_stats);
     output_ = at::Tensor();
@@ -192,8 +193,17 @@ class TorchBackend : public Backend {
   }
 
   ValueStats check(Slot slot, const ValueRule& rule) override {
-    if (slot == Slot::Input && input_stats_ && plain_finite_rule(rule)) return *input_stats_;
+    if (slot == Slot::Input) return check_input(0, rule);
     return check_tensor(host_view(slot), rule);
+  }
+
+  std::vector<std::string> input_names() const override { return data_->input_names(); }
+  TensorMeta input_meta(std::size_t field) const override {
+    return field < inputs_.size() ? meta_of(inputs_[field]) : TensorMeta{};
+  }
+  ValueStats check_input(std::size_t field, const ValueRule& rule) override {
+    if (field < input_stats_.size() && input_stats_[field] && plain_finite_rule(rule)) return *input_stats_[field];
+    return check_tensor(for_kernel(inputs_.at(field).detach()), rule);
   }
 
   ForwardResult forward() override {
@@ -201,7 +211,7 @@ class TorchBackend : public Backend {
     try {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      c10::IValue out = model_->forward(input_);
+      c10::IValue out = model_->forward(inputs_);
       output_ = select_output(out);
       require_dense(output_);
       synchronize();
@@ -391,9 +401,10 @@ class TorchBackend : public Backend {
   // A batch read ahead: its tensors, and the finiteness check of its inputs.
   struct Staged {
     std::vector<int64_t> indices;
-    at::Tensor input, target;
-    std::optional<ValueStats> input_stats;
-    std::optional<CollateFailure> collate;  // then input and target stay undefined
+    std::vector<at::Tensor> inputs;  // per input field
+    at::Tensor target;
+    std::vector<std::optional<ValueStats>> input_stats;
+    std::optional<CollateFailure> collate;  // then no inputs and an undefined target
   };
 
   // Runs on the worker thread for prefetched batches (data sources are read-only).
@@ -401,16 +412,20 @@ class TorchBackend : public Backend {
     Staged s;
     s.indices = indices;
     try {
-      s.input = data_->gather(false, indices);
-      s.target = data_->gather(true, indices);
+      for (std::size_t k = 0; k < data_->input_names().size(); ++k) s.inputs.push_back(data_->gather(static_cast<int>(k), indices));
+      s.target = data_->gather(kTargetField, indices);
     } catch (CollateError& e) {
-      s.input = s.target = at::Tensor();
+      s.inputs.clear();
+      s.target = at::Tensor();
       s.collate = std::move(e.failure);
       return s;
     }
-    if (at::isFloatingType(s.input.scalar_type())) s.input_stats = check_tensor(for_kernel(s.input), ValueRule{});
+    for (const auto& in : s.inputs) {
+      s.input_stats.push_back(at::isFloatingType(in.scalar_type()) ? std::optional<ValueStats>(check_tensor(for_kernel(in), ValueRule{}))
+                                                                   : std::nullopt);
+    }
     if (device_.is_cuda()) {
-      s.input = s.input.to(device_);
+      for (auto& in : s.inputs) in = in.to(device_);
       if (s.target.defined()) s.target = s.target.to(device_);
     }
     return s;
@@ -418,11 +433,11 @@ class TorchBackend : public Backend {
 
   const at::Tensor& tensor(Slot slot) const {
     switch (slot) {
-      case Slot::Input: return input_;
+      case Slot::Input: return inputs_.empty() ? none_ : inputs_.front();
       case Slot::Output: return output_;
       case Slot::Target: return target_;
     }
-    return input_;
+    return none_;
   }
 
   // A contiguous CPU float32/float64/int64 copy (or view) for the check kernel.
@@ -446,8 +461,9 @@ class TorchBackend : public Backend {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<ModelRunner> model_;
-  at::Tensor input_, target_, output_, loss_;
-  std::optional<ValueStats> input_stats_;
+  std::vector<at::Tensor> inputs_;  // the input fields, in forward's order
+  at::Tensor target_, output_, loss_, none_;
+  std::vector<std::optional<ValueStats>> input_stats_;  // per input field, when floating
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.
   std::future<Staged> pending_;

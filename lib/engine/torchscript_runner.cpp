@@ -5,6 +5,7 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/errors.h"
@@ -37,26 +38,33 @@ std::string newer_operator_message(const std::string& load_error) {
 
 class TorchScriptRunner : public ModelRunner {
  public:
-  TorchScriptRunner(const ModelConfig& model, const c10::Device& device) : path_(model.path) {
+  TorchScriptRunner(const ModelConfig& model, const c10::Device& device, const std::vector<std::string>& fields)
+      : path_(model.path), kind_(model.inputs_kind), fields_(fields) {
     require_model_file(path_, "a TorchScript file (torch.jit.save)");
     load(device, model.mode);
     auto method = module_.find_method("forward");
     if (!method) throw InputError(path_, "", "the TorchScript module has no forward method");
-    const auto& args = method->function().getSchema().arguments();
-    std::size_t required = 0;
-    for (std::size_t i = 1; i < args.size(); ++i) {
-      if (!args[i].default_value()) ++required;
-    }
-    if (required != 1) {
-      std::vector<std::string> names;
-      for (std::size_t i = 1; i < args.size(); ++i) names.push_back(args[i].name());
-      throw InputError(path_, "forward", "takes " + std::to_string(required) + " required inputs (" + join(names) +
-                                             "); batchcheck feeds exactly one input tensor");
-    }
+    check_inputs(method->function().getSchema(), model);
     find_frozen_mode_ops(*method);
   }
 
-  c10::IValue forward(const at::Tensor& input) override { return module_.forward({input}); }
+  c10::IValue forward(const std::vector<at::Tensor>& inputs) override {
+    switch (kind_) {
+      case InputsKind::Named: {
+        torch::jit::Kwargs kwargs;
+        for (std::size_t k = 0; k < inputs.size(); ++k) kwargs.emplace(args_[k], inputs[k]);
+        return module_.get_method("forward")(std::vector<c10::IValue>{}, kwargs);
+      }
+      case InputsKind::Record: {
+        c10::Dict<std::string, at::Tensor> record;
+        for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k]);
+        return module_.forward({record});
+      }
+      case InputsKind::Single:
+      case InputsKind::Positional: break;
+    }
+    return module_.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  }
   const ModelInfo& info() const override { return info_; }
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const override { return params_; }
 
@@ -83,6 +91,56 @@ class TorchScriptRunner : public ModelRunner {
   }
 
  private:
+  // model.inputs against forward's schema: a clear exit 2 naming the argument and the field,
+  // before any batch runs.
+  void check_inputs(const c10::FunctionSchema& schema, const ModelConfig& model) {
+    const auto& all = schema.arguments();  // [0] is self
+    std::vector<std::string> names, required;
+    for (std::size_t i = 1; i < all.size(); ++i) {
+      names.push_back(all[i].name());
+      if (!all[i].default_value()) required.push_back(all[i].name());
+    }
+    const std::string takes = "takes " + std::to_string(required.size()) + " required input" + (required.size() == 1 ? "" : "s") +
+                              " (" + join(names) + ")";
+    switch (kind_) {
+      case InputsKind::Single:
+        if (required.size() != 1) {
+          throw InputError(path_, "forward", takes + "; batchcheck feeds one input tensor unless model.inputs names the data fields "
+                                                     "that feed them, e.g. \"inputs\": [\"" + join(names, "\", \"") + "\"]");
+        }
+        break;
+      case InputsKind::Positional:
+        if (fields_.size() < required.size() || fields_.size() > names.size()) {
+          throw InputError(path_, "forward", takes + " but model.inputs lists " + std::to_string(fields_.size()) + " field" +
+                                                 (fields_.size() == 1 ? "" : "s") + " (" + join(fields_) + ")");
+        }
+        break;
+      case InputsKind::Named:
+        args_ = model.input_args;
+        for (const auto& arg : args_) {
+          if (std::find(names.begin(), names.end(), arg) == names.end()) {
+            throw InputError(path_, "forward", "has no argument \"" + arg + "\", which model.inputs names (arguments: " + join(names) + ")" +
+                                                   did_you_mean(arg, names));
+          }
+        }
+        for (const auto& r : required) {
+          if (std::find(args_.begin(), args_.end(), r) == args_.end()) {
+            throw InputError(path_, "forward", "argument \"" + r + "\" has no default and model.inputs names no field for it");
+          }
+        }
+        break;
+      case InputsKind::Record: {
+        const bool dict = names.size() >= 1 && all[1].type()->kind() == c10::TypeKind::DictType;
+        if (required.size() != 1 || !dict) {
+          throw InputError(path_, "forward", takes + (names.empty() ? std::string() : ", its first is " + all[1].type()->annotation_str()) +
+                                                 "; model.inputs \"record\" passes the whole record (" + join(fields_) +
+                                                 ") as one Dict[str, Tensor] argument");
+        }
+        break;
+      }
+    }
+  }
+
   void load(const c10::Device& device, Mode mode) {
     try {
       module_ = torch::jit::load(path_, device);
@@ -146,6 +204,9 @@ class TorchScriptRunner : public ModelRunner {
   }
 
   std::string path_;
+  InputsKind kind_ = InputsKind::Single;
+  std::vector<std::string> fields_;  // the input fields, in model.inputs order
+  std::vector<std::string> args_;    // Named: the argument each field feeds
   torch::jit::Module module_;
   ModelInfo info_;
   std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
@@ -155,8 +216,9 @@ class TorchScriptRunner : public ModelRunner {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device) {
-  return std::make_unique<TorchScriptRunner>(model, device);
+std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
+                                              const std::vector<std::string>& fields) {
+  return std::make_unique<TorchScriptRunner>(model, device, fields);
 }
 
 }  // namespace batchcheck

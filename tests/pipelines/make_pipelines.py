@@ -9,6 +9,7 @@ training loop does on the same data: which batches raise, and what.
 import json
 import os
 import sys
+from typing import Dict
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,67 @@ class TextClassifier(torch.nn.Module):
         positions = torch.arange(x.size(1), device=x.device)
         h = self.tok(x) + self.pos(positions).unsqueeze(0)
         return self.fc(h.mean(1))
+
+
+class TwoInputTransformer(torch.nn.Module):
+    """forward(input_ids, attention_mask): a transformer layer that ignores padded positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(VOCAB, 16, padding_idx=0)
+        self.pos = torch.nn.Embedding(POSITIONS, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.fc = torch.nn.Linear(16, CLASSES)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.size(1), device=input_ids.device)
+        h = self.tok(input_ids) + self.pos(positions).unsqueeze(0)
+        h = self.layer(h, src_key_padding_mask=attention_mask == 0)
+        m = attention_mask.unsqueeze(-1).to(h.dtype)
+        return self.fc((h * m).sum(1) / m.sum(1))
+
+
+class RecordModel(torch.nn.Module):
+    """forward(batch: Dict[str, Tensor]): the whole record as one argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = TwoInputTransformer()
+
+    def forward(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.inner(batch["input_ids"], batch["attention_mask"])
+
+
+class Records(Dataset):
+    def __init__(self, records):
+        self.records = records
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, i):
+        return self.records[i]
+
+
+def pad_records(batch):
+    out = {k: pad_sequence([r[k] for r in batch], batch_first=True, padding_value=0) for k in ("input_ids", "attention_mask")}
+    out["label"] = default_collate([r["label"] for r in batch])
+    return out
+
+
+def record_loop(model, loader, call):
+    model.train()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    failures, b = [], 0
+    for batch in loader:
+        try:
+            loss = loss_fn(call(model, batch), batch["label"])
+            loss.backward()
+            model.zero_grad()
+        except Exception as e:
+            failures.append({"batch": b, "stage": "forward", "error": str(e).splitlines()[0]})
+        b += 1
+    return {"batches": b, "failures": failures}
 
 
 class Samples(Dataset):
@@ -209,6 +271,53 @@ def main():
                             {"loader": {"order": "order.json", "collate": {"pad": {"inputs": 0}}}},
                             DataLoader(ds, batch_sampler=buckets, collate_fn=pad_collate(0)),
                             {"samples": len(xs), "ranks": [buckets]}))
+
+    # Two inputs from dict records (input_ids, attention_mask, label), both padded per batch:
+    # positionally, by argument name, and as one Dict[str, Tensor].
+    records = [{"input_ids": x, "attention_mask": torch.ones_like(x), "label": y} for x, y in zip(xs, ys)]
+    two = TwoInputTransformer()
+    rec_loader = DataLoader(Records(records), batch_size=BATCH, collate_fn=pad_records)
+    multi_cfg = {"batch_size": BATCH, "collate": {"pad": {"input_ids": 0, "attention_mask": 0}}}
+    for name, m, inputs, call in [
+            ("two-input-positional", two, ["input_ids", "attention_mask"], lambda m, b: m(b["input_ids"], b["attention_mask"])),
+            ("two-input-named", two, {"attention_mask": "attention_mask", "input_ids": "input_ids"},
+             lambda m, b: m(attention_mask=b["attention_mask"], input_ids=b["input_ids"])),
+            ("dict-record", RecordModel(), "record", lambda m, b: m({k: b[k] for k in ("input_ids", "attention_mask")}))]:
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        torch.jit.script(m).save(os.path.join(d, "model.pt"))
+        torch.save(records, os.path.join(d, "data.pt"))
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"model": {"path": "model.pt", "inputs": inputs}, "data": {"path": "data.pt", "targets": "label"},
+                       "loader": multi_cfg, "loss": {"type": "cross_entropy"}}, f, indent=1)
+        truth = record_loop(m, rec_loader, call)
+        truth["case"] = name
+        cases.append(truth)
+
+    # Two float fields from one .npy each ("inputs": {field: file}); a NaN in the second field's
+    # sample 5. The loop raises nothing: its loss is NaN from batch 0 on.
+    import numpy as np
+
+    class TwoFloat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, CLASSES)
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return self.fc(a) + self.fc(b)
+    d = os.path.join(out, "npy-two-fields")
+    os.makedirs(d, exist_ok=True)
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g)
+    b[5, 2] = float("nan")
+    np.save(os.path.join(d, "a.npy"), a.numpy())
+    np.save(os.path.join(d, "b.npy"), b.numpy())
+    np.save(os.path.join(d, "y.npy"), (torch.arange(40) % CLASSES).numpy())
+    torch.jit.script(TwoFloat()).save(os.path.join(d, "model.pt"))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model": {"path": "model.pt", "inputs": ["a", "b"]},
+                   "data": {"inputs": {"a": "a.npy", "b": "b.npy"}, "targets": "y.npy"},
+                   "loader": {"batch_size": BATCH}, "loss": {"type": "cross_entropy"}}, f, indent=1)
 
     # The export helper, from the user's own objects: it writes the scan, then the user's own
     # loader runs its epoch (the helper restored every RNG it drew from while recording).
