@@ -4,6 +4,7 @@
 // must fail exactly at the batches where the loop raises, with the loop's own error text.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -304,4 +305,36 @@ TEST_F(Pipelines, EachInputFieldIsCheckedAndNamed) {
   EXPECT_EQ(f["samples"], Json::parse("[5]"));
   EXPECT_EQ(f["evidence"]["field"], "b");
   EXPECT_EQ(f["message"].get<std::string>().rfind("field \"b\": ", 0), 0u) << f["message"];
+}
+
+TEST_F(Pipelines, OperatorLibrariesLoadBeforeTheModel) {
+  if (!std::filesystem::exists(dir_->path() / "operator-library")) {
+    GTEST_SKIP() << "torchvision is not installed for " << test_util::python() << ": no operator library to load";
+  }
+  // Without the library first: this test runs the scan in-process, and a loaded library stays.
+
+  std::ostringstream out, err;
+  const std::string dir = (dir_->path() / "operator-library").string();
+  EXPECT_EQ(run_cli({"scan", dir + "/no-library.json", "-q"}, out, err), 2);
+  EXPECT_EQ(err.str(), "batchcheck: error: " + dir + "/model.pt: the archive uses the operator torchvision::nms, which no "
+                       "loaded library registers: add the shared library that defines it (torchvision's: the _C*.so in "
+                       "the torchvision package folder) to model.libraries\n");
+
+  // A file that is not a shared library: one line naming it.
+  const std::string bogus = dir + "/not-a-library.so";
+  std::ofstream(bogus) << "text";
+  std::ifstream in(dir + "/config.json");
+  Json cfg = Json::parse(in);
+  cfg["model"]["libraries"] = Json::array({"not-a-library.so"});
+  std::ofstream(dir + "/bogus.json") << cfg.dump();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(run_cli({"scan", dir + "/bogus.json", "-q"}, out2, err2), 2);
+  EXPECT_EQ(err2.str().rfind("batchcheck: error: not-a-library.so: cannot load this operator library (model.libraries): ", 0), 0u)
+      << err2.str();
+
+  const Json& t = truth("operator-library");
+  EXPECT_TRUE(t["failures"].empty()) << t.dump(1);
+  Scan s = scan("operator-library");
+  EXPECT_EQ(s.code, 0) << s.err << s.report["findings"].dump(1);
+  EXPECT_EQ(s.report["batches"]["checked"], 4);
 }

@@ -87,8 +87,19 @@ void parse_inputs(const JsonObject& m, ModelConfig& out) {
 }
 
 void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
-  m.reject_unknown({"path", "format", "mode", "output", "inputs"});
+  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries"});
   parse_inputs(m, out);
+  if (const json* libs = m.find("libraries")) {
+    if (!libs->is_array()) m.fail("libraries", "expected an array of shared library paths (.so), got " + describe_json(*libs));
+    for (std::size_t i = 0; i < libs->size(); ++i) {
+      const json& l = (*libs)[i];
+      if (!l.is_string() || l.get<std::string>().empty()) {
+        m.fail("libraries[" + std::to_string(i) + "]", "expected a shared library path, got " + describe_json(l));
+      }
+      out.libraries_display.push_back(l.get<std::string>());
+      out.libraries.push_back(resolve(base, l.get<std::string>()));
+    }
+  }
   const std::string path = m.required_string("path");
   out.path = resolve(base, path);
   if (auto format = m.choice("format", {"torchscript", "pt2"})) {

@@ -52,6 +52,9 @@ struct ModelConfig {
   InputsKind inputs_kind = InputsKind::Single;
   std::vector<std::string> input_fields;  // Positional, Named: the fields, in forward's order
   std::vector<std::string> input_args;    // Named: the argument each field feeds
+  // model.libraries: shared libraries of custom operators (torchvision's ops, a user's C++
+  // ops), loaded before the model; resolved, and as the user wrote them.
+  std::vector<std::string> libraries, libraries_display;
   ModelFormat format = ModelFormat::TorchScript;  // "format", else from the extension (.pt2)
   Mode mode = Mode::Train;  // a .pt2 program runs as exported: eval, and train is refused
   // Which element of a tuple/list (index) or dict (key) is the prediction.

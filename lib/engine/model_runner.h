@@ -31,6 +31,9 @@ class ModelRunner {
   virtual std::vector<std::string> nonfinite_batchnorm_stats() = 0;
 };
 
+// dlopens model.libraries (custom operators register as they load). Throws InputError.
+void load_operator_libraries(const ModelConfig& model);
+
 // Both throw InputError for a file that is not a loadable model of their format.
 // `fields`: the input fields the data holds, in model.inputs order (all of a record), checked
 // against forward's schema.

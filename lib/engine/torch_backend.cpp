@@ -150,6 +150,7 @@ class TorchBackend : public Backend {
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Pt ? cfg.data.path_display : cfg.data.inputs_display);
     data_ = open_data_source(cfg);
     if (opt.loading) opt.loading(cfg.model.path);
+    load_operator_libraries(cfg.model);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
                                                   : load_torchscript(cfg.model, device_, data_->input_names());
   }

@@ -5,11 +5,14 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 
 #include "core/errors.h"
 #include "core/file_kind.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"
@@ -31,6 +34,13 @@ std::string newer_operator_message(const std::string& load_error) {
   }
   while (!op.empty() && op.back() == '.') op.pop_back();  // the sentence's full stop
   if (op.empty()) return "";
+  const std::string ns = op.substr(0, op.find("::"));
+  if (ns != "aten" && ns != "prim" && ns != "quantized" && ns != "_caffe2") {
+    // Not PyTorch's own: an operator library registers it (torchvision::nms, a user's C++ ops).
+    std::string where = ns == "torchvision" ? " (torchvision's: the _C*.so in the torchvision package folder)" : "";
+    return "the archive uses the operator " + op + ", which no loaded library registers: add the shared library that "
+           "defines it" + where + " to model.libraries";
+  }
   return "the archive uses the operator " + op + ", which the LibTorch this batchcheck links (" TORCH_VERSION
          ") does not have: it was saved by a newer torch; build batchcheck against the torch you train with "
          "(the default build, or BATCHCHECK_PYTHON=/path/to/your/python scripts/build.sh; see the README)";
@@ -215,6 +225,21 @@ class TorchScriptRunner : public ModelRunner {
 };
 
 }  // namespace
+
+// model.libraries, before the archive names their operators. RTLD_GLOBAL: a library's
+// operators register themselves when it loads, and may need each other's symbols.
+void load_operator_libraries(const ModelConfig& model) {
+  for (std::size_t i = 0; i < model.libraries.size(); ++i) {
+    const std::string& display = model.libraries_display[i];
+    require_regular_file(display, model.libraries[i], "a shared library of operators (.so)");
+    if (!::dlopen(model.libraries[i].c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+      const char* why = ::dlerror();
+      throw InputError(display, "", std::string("cannot load this operator library (model.libraries): ") +
+                                        (why ? single_line(why) : std::string("unknown error")) +
+                                        "; it must be built against the LibTorch this batchcheck links (" TORCH_VERSION ")");
+    }
+  }
+}
 
 std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
                                               const std::vector<std::string>& fields) {

@@ -319,6 +319,39 @@ def main():
                    "data": {"inputs": {"a": "a.npy", "b": "b.npy"}, "targets": "y.npy"},
                    "loader": {"batch_size": BATCH}, "loss": {"type": "cross_entropy"}}, f, indent=1)
 
+    # An operator library: a model calling torchvision.ops.nms loads only with torchvision's
+    # ops library in model.libraries.
+    try:
+        import glob
+        import torchvision
+        libs = sorted(glob.glob(os.path.join(os.path.dirname(torchvision.__file__), "_C*.so")))
+    except ImportError:
+        libs = []
+    if libs:
+        class WithNms(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, CLASSES)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                boxes = torch.cat([x[:, :2], x[:, :2] + x[:, 2:].abs() + 1], 1)
+                keep = torchvision.ops.nms(boxes, x[:, 0], 0.5)
+                return self.fc(x) + 0.0 * float(keep.numel())
+        d = os.path.join(out, "operator-library")
+        os.makedirs(d, exist_ok=True)
+        nms_model = WithNms()
+        torch.jit.script(nms_model).save(os.path.join(d, "model.pt"))
+        xs4 = torch.randn(20, 4, generator=torch.Generator().manual_seed(6))
+        ys4 = torch.arange(20) % CLASSES
+        torch.save({"inputs": xs4, "targets": ys4}, os.path.join(d, "data.pt"))
+        for name, extra in (("config.json", {"libraries": [libs[0]]}), ("no-library.json", {})):
+            with open(os.path.join(d, name), "w") as f:
+                json.dump({"model": {"path": "model.pt", **extra}, "data": {"path": "data.pt"},
+                           "loader": {"batch_size": 5}, "loss": {"type": "cross_entropy"}}, f, indent=1)
+        truth = real_loop(nms_model, DataLoader(Samples(xs4, ys4), batch_size=5))
+        truth["case"] = "operator-library"
+        cases.append(truth)
+
     # The export helper, from the user's own objects: it writes the scan, then the user's own
     # loader runs its epoch (the helper restored every RNG it drew from while recording).
     def exported(name, loader, **kw):
