@@ -295,5 +295,6 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
     path = os.path.join(folder, "config.json")
     with open(path, "w") as f:
         json.dump(config, f, indent=2)
-    print("batchcheck scan %s   # model %sed, %d samples%s" % (path, how, n, ", recorded order" if "order" in loader_cfg else ""))
+    print("batchcheck scan %s   # model %s, %d samples%s" % (path, {"script": "scripted", "trace": "traced"}[how], n,
+                                                              ", recorded order" if "order" in loader_cfg else ""))
     return path

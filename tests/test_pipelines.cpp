@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -228,6 +229,7 @@ TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
       {"export-ragged-default", "collate", "collate-error"},
       {"export-weighted", "forward", "target-out-of-range"},
       {"export-shuffled", "forward", "target-out-of-range"},
+      {"export-traced", "forward", "target-out-of-range"},
       {"export-fixed-clean", "forward", ""}};
   for (const auto& [name, stage, id] : cases) {
     SCOPED_TRACE(name);
@@ -245,6 +247,13 @@ TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
     EXPECT_EQ(s.code, 1) << s.err;
     EXPECT_EQ(scan_failures(s.report, id), expected) << s.report["findings"].dump(1);
   }
+  // A model TorchScript cannot compile is traced, with a warning that says what tracing freezes.
+  std::ifstream warning(dir_->file("export-traced/warning.txt"));
+  const std::string said((std::istreambuf_iterator<char>(warning)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(said.rfind("export_scan: torch.jit.script failed (", 0), 0u) << said;
+  EXPECT_NE(said.find("tracing the model on the first batch in train mode instead. A trace freezes Python control flow"),
+            std::string::npos)
+      << said;
   // A plain shuffled loader is recorded (its seed came from the global RNG).
   EXPECT_EQ(scan("export-shuffled").report["geometry"]["sampler"], "recorded");
   EXPECT_EQ(scan("export-textpad").report["geometry"]["sampler"], "sequential");

@@ -42,6 +42,9 @@ struct CollateError {
 at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::string& field, std::optional<double> pad,
                            uint64_t multiple);
 
+// A torch.save file (pt_source.cpp). Throws InputError.
+std::unique_ptr<DataSource> open_pt_source(const Config& cfg);
+
 // Opens the data the config names, with the fields model.inputs asks for. Throws InputError
 // for unusable files and fields that are not there.
 std::unique_ptr<DataSource> open_data_source(const Config& cfg);

@@ -369,6 +369,27 @@ def main():
     exported("export-shuffled", DataLoader(fds, batch_size=BATCH, shuffle=True))
     exported("export-fixed-clean", DataLoader(Samples(fxs, torch.arange(40) % CLASSES), batch_size=BATCH, drop_last=True))
 
+    # A model TorchScript cannot compile (*args): the helper traces it, and says what that means.
+    class Unscriptable(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = TextClassifier()
+
+        def forward(self, *xs):
+            return self.inner(xs[0])
+    import warnings
+    unscriptable = Unscriptable()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_scan(os.path.join(out, "export-traced"), unscriptable, DataLoader(fds, batch_size=BATCH),
+                    loss=torch.nn.CrossEntropyLoss())
+    truth = real_loop(unscriptable, DataLoader(fds, batch_size=BATCH))
+    truth["case"] = "export-traced"
+    cases.append(truth)
+    said = [str(w.message) for w in caught if "torch.jit.script failed" in str(w.message)]
+    with open(os.path.join(out, "export-traced", "warning.txt"), "w") as f:
+        f.write(said[0] if said else "")
+
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)
 

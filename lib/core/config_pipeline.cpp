@@ -1,0 +1,204 @@
+#include <algorithm>
+#include <memory>
+
+#include "core/config_parts.h"
+#include "core/errors.h"
+#include "core/order.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+using nlohmann::json;
+
+namespace {
+
+// "collate": "default", or {"pad": {"inputs": 0, "targets": -100}, "pad_to_multiple_of": 8}.
+void parse_collate(const JsonObject& l, CollateConfig& out) {
+  const json* c = l.find("collate");
+  if (!c) return;
+  if (c->is_string()) {
+    if (c->get<std::string>() == "pad") {
+      l.fail("collate", "a padding collate needs each padded field's value: {\"pad\": {\"inputs\": 0}}");
+    }
+    l.choice("collate", {"default"});
+    return;
+  }
+  if (!c->is_object()) l.fail("collate", "expected \"default\" or an object such as {\"pad\": {\"inputs\": 0}}, got " + describe_json(*c));
+  const JsonObject co = l.object("collate");
+  co.reject_unknown({"pad", "pad_to_multiple_of"});
+  if (co.has("pad")) {
+    const JsonObject pad = co.object("pad");
+    const json& fields = *co.find("pad");
+    if (!fields.is_object()) co.fail("pad", "expected an object of field -> padding value, e.g. {\"inputs\": 0}, got " + describe_json(fields));
+    for (const auto& item : fields.items()) {
+      if (auto v = pad.number(item.key())) out.pad.emplace_back(item.key(), *v);
+    }
+    if (!out.pads()) co.fail("pad", "name a field to pad with its padding value, e.g. {\"inputs\": 0}");
+  }
+  if (auto m = co.uint("pad_to_multiple_of", 1)) {
+    if (!out.pads()) co.fail("pad_to_multiple_of", "only used with \"pad\" (the lengths of padded fields are rounded up)");
+    out.pad_to_multiple_of = *m;
+  }
+}
+
+}  // namespace
+
+// "inputs": ["a", "b"] | {"arg": "field", ...} | "record".
+void parse_inputs(const JsonObject& m, ModelConfig& out) {
+  const json* v = m.find("inputs");
+  if (!v) return;
+  auto field = [&](const json& e, const std::string& where) {
+    if (!e.is_string() || e.get<std::string>().empty()) m.fail(where, "expected a field name (a non-empty string), got " + describe_json(e));
+    return e.get<std::string>();
+  };
+  if (v->is_string()) {
+    if (v->get<std::string>() != "record") {
+      m.fail("inputs", "expected \"record\" (the whole record as one Dict[str, Tensor] argument), a list of fields or "
+                       "an object of argument -> field, got " + describe_json(*v));
+    }
+    out.inputs_kind = InputsKind::Record;
+  } else if (v->is_array()) {
+    if (v->empty()) m.fail("inputs", "expected at least one field");
+    out.inputs_kind = InputsKind::Positional;
+    for (std::size_t i = 0; i < v->size(); ++i) out.input_fields.push_back(field((*v)[i], "inputs[" + std::to_string(i) + "]"));
+  } else if (v->is_object()) {
+    if (v->empty()) m.fail("inputs", "expected at least one argument -> field");
+    out.inputs_kind = InputsKind::Named;
+    for (const auto& item : v->items()) {
+      out.input_args.push_back(item.key());
+      out.input_fields.push_back(field(item.value(), "inputs." + item.key()));
+    }
+  } else {
+    m.fail("inputs", "expected a list of fields, an object of argument -> field, or \"record\", got " + describe_json(*v));
+  }
+  for (std::size_t i = 0; i < out.input_fields.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out.input_fields[i] == out.input_fields[j] && out.inputs_kind == InputsKind::Positional) {
+        m.fail("inputs[" + std::to_string(i) + "]", "the field \"" + out.input_fields[i] + "\" is already inputs[" + std::to_string(j) + "]");
+      }
+    }
+  }
+}
+
+
+void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& out) {
+  // DataLoader arguments that only change how fast batches arrive, never which samples
+  // they hold: accepted (a user pastes their DataLoader call) and named in the report.
+  static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
+                                                     "prefetch_factor", "timeout", "pin_memory_device"};
+  std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
+                                    "sampler_drop_last", "accumulation_steps", "collate", "order"};
+  known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
+  l.reject_unknown(known);
+  for (const auto& k : kNoEffect) {
+    if (l.has(k)) out.ignored_keys.push_back(k);
+  }
+  if (auto order = l.string("order")) {
+    // The recorded batches are the sampler, the batch size and drop_last at once.
+    for (const char* k : {"sampler", "shuffle", "seed", "epoch", "world_size", "sampler_drop_last", "drop_last"}) {
+      if (l.has(k)) {
+        l.fail(k, std::string("not used with \"order\": the recorded batches already say which samples each batch "
+                              "of each rank holds; remove \"") + k + "\"");
+      }
+    }
+    if (order->empty()) l.fail("order", "expected a non-empty string");
+    out.order = std::make_shared<const RecordedOrder>(load_order(*order, resolve_path(base, *order)));
+    out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
+    // The configured batch size is the nominal one (what tail findings compare with).
+    out.batch_size = l.uint("batch_size", 1).value_or(std::max<uint64_t>(1, out.order->largest_batch));
+    out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
+    parse_collate(l, out.collate);
+    return;
+  }
+  out.batch_size = l.required_uint("batch_size", 1);
+  out.drop_last = l.boolean("drop_last").value_or(false);
+  out.world_size = l.uint("world_size", 1).value_or(1);
+  const auto shuffle = l.boolean("shuffle");
+  if (auto kind = l.choice("sampler", {"sequential", "random", "distributed"})) {
+    out.sampler = *kind == "sequential" ? SamplerKind::Sequential
+                  : *kind == "random"   ? SamplerKind::Random
+                                        : SamplerKind::Distributed;
+    if (out.world_size > 1 && out.sampler != SamplerKind::Distributed) {
+      l.fail("sampler", "world_size " + std::to_string(out.world_size) +
+                            " needs \"distributed\": with a " + *kind + " sampler every rank would see every sample");
+    }
+    if (out.sampler == SamplerKind::Sequential && shuffle.value_or(false)) {
+      l.fail("shuffle", "true contradicts sampler \"sequential\" (DataLoader(shuffle=True) uses a RandomSampler)");
+    }
+    if (out.sampler == SamplerKind::Random && shuffle && !*shuffle) {
+      l.fail("shuffle", "false contradicts sampler \"random\"");
+    }
+  } else if (out.world_size > 1) {
+    out.sampler = SamplerKind::Distributed;
+  } else {
+    out.sampler = shuffle.value_or(false) ? SamplerKind::Random : SamplerKind::Sequential;
+  }
+  // DistributedSampler shuffles unless told not to; the DataLoader does not.
+  out.shuffle = out.sampler == SamplerKind::Random ||
+                (out.sampler == SamplerKind::Distributed && shuffle.value_or(true));
+  out.seed_given = l.has("seed");
+  if (const json* seed = l.find("seed")) {
+    if (seed->is_number_unsigned()) {
+      out.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer()) {
+      out.seed = static_cast<uint64_t>(seed->get<int64_t>());  // two's complement, as manual_seed
+      out.seed_negative = true;
+    } else {
+      l.fail("seed", "expected an integer in [-2^63, 2^64-1] (what torch.manual_seed accepts), got " + describe_json(*seed));
+    }
+  }
+  out.epoch = l.uint("epoch").value_or(0);
+  if (out.sampler == SamplerKind::Distributed && out.shuffle && !out.seed_negative && out.epoch > UINT64_MAX - out.seed) {
+    l.fail("seed", "seed + epoch = " + std::to_string(out.seed) + " + " + std::to_string(out.epoch) +
+                       " exceeds 2^64-1: DistributedSampler calls manual_seed(seed + epoch), which raises "
+                       "\"Overflow when unpacking long long\" (torch 2.x; \"... long\" in 1.13), so this training "
+                       "never starts");
+  }
+  out.sampler_drop_last = l.boolean("sampler_drop_last").value_or(false);
+  out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
+  parse_collate(l, out.collate);
+}
+
+void check_fields(const JsonObject& top, const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const DataConfig& d = cfg.data;
+  const JsonObject model = top.object("model");
+  if (m.format == ModelFormat::Pt2 && (m.inputs_kind == InputsKind::Named || m.inputs_kind == InputsKind::Record)) {
+    model.fail("inputs", "a .pt2 program takes its inputs positionally: list the fields in forward's order");
+  }
+  if (d.format != DataFormat::Npy) return;
+  const bool mapped = !d.field_names.empty();
+  if (m.inputs_kind == InputsKind::Single && d.field_names.size() > 1) {
+    model.fail("inputs", "missing: data.inputs names " + std::to_string(d.field_names.size()) + " fields (" +
+                             join(d.field_names) + "); list the ones forward takes, in order, or \"record\"");
+  }
+  if (m.inputs_kind == InputsKind::Positional || m.inputs_kind == InputsKind::Named) {
+    for (std::size_t i = 0; i < m.input_fields.size(); ++i) {
+      const std::string& f = m.input_fields[i];
+      const std::string where = m.inputs_kind == InputsKind::Named ? "inputs." + m.input_args[i] : "inputs[" + std::to_string(i) + "]";
+      if (!mapped) {
+        model.fail(where, "names the field \"" + f + "\" but data.inputs is one .npy file; map each field to its file: "
+                          "\"inputs\": {\"" + f + "\": \"" + f + ".npy\", ...}");
+      }
+      if (std::find(d.field_names.begin(), d.field_names.end(), f) == d.field_names.end()) {
+        model.fail(where, "no field \"" + f + "\" in data.inputs (fields: " + join(d.field_names) + ")" + did_you_mean(f, d.field_names));
+      }
+    }
+  }
+  if (m.inputs_kind == InputsKind::Record && !mapped) {
+    model.fail("inputs", "\"record\" passes named fields as one Dict[str, Tensor]: map each field to its .npy file in data.inputs");
+  }
+  const JsonObject loader = top.object("loader");
+  for (const auto& [name, value] : cfg.loader.collate.pad) {
+    (void)value;
+    const bool known = name == "inputs" || name == "targets" ||
+                       std::find(d.field_names.begin(), d.field_names.end(), name) != d.field_names.end();
+    if (!known) {
+      std::vector<std::string> names = d.field_names;
+      names.insert(names.end(), {"inputs", "targets"});
+      loader.object("collate").object("pad").fail(name, "no such field (fields: " + join(names) + ")" + did_you_mean(name, names));
+    }
+  }
+}
+
+}  // namespace batchcheck
