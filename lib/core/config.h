@@ -78,8 +78,8 @@ struct DataConfig {
 // padded field is pad_sequence(batch_first=True, padding_value=...) of its samples, its length
 // rounded up to a multiple of `pad_to_multiple_of`.
 struct CollateConfig {
-  // Padding value per field (its name, or "inputs"/"targets" for the input and target of a
-  // one-input setup); a field not named is stacked.
+  // Padding value per field: its name, or "inputs" (every input field not named itself) and
+  // "targets"; a field with no value is stacked.
   std::vector<std::pair<std::string, double>> pad;
   uint64_t pad_to_multiple_of = 1;
   bool pads() const { return !pad.empty(); }
