@@ -100,6 +100,7 @@ class Replayer {
   // A device-side assert leaves the CUDA context unusable: nothing after it can run.
   bool device_lost_ = false;
   ModelInfo model_;
+  std::vector<std::string> input_names_;  // the backend's input fields, fixed for the scan
   std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
   std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
   std::unique_ptr<PendingPost> pending_;
@@ -177,7 +178,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     return;
   }
   // Every input field: one finding per field, named when there are several.
-  const std::vector<std::string> names = backend_.input_names();
+  const std::vector<std::string>& names = input_names_;
   for (std::size_t k = 0; k < names.size(); ++k) {
     const TensorMeta input = backend_.input_meta(k);
     auto rule = input_rule(input);
@@ -337,6 +338,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
 void Replayer::run(const OrderFn& order) {
   const DatasetInfo data = backend_.dataset();
   model_ = backend_.model();
+  input_names_ = backend_.input_names();
   backward_ = backward_enabled(cfg_);
   bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);

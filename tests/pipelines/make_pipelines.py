@@ -88,12 +88,8 @@ def record_loop(model, loader, call):
     loss_fn = torch.nn.CrossEntropyLoss()
     failures, b = [], 0
     for batch in loader:
-        try:
-            loss = loss_fn(call(model, batch), batch["label"])
-            loss.backward()
-            model.zero_grad()
-        except Exception as e:
-            failures.append({"batch": b, "stage": "forward", "error": str(e).splitlines()[0]})
+        train_step(failures, b, lambda: loss_fn(call(model, batch), batch["label"]))
+        model.zero_grad()
         b += 1
     return {"batches": b, "failures": failures}
 
@@ -147,6 +143,15 @@ def sequences(batch_lengths, seed):
     return xs, ys
 
 
+def train_step(failures, b, step):
+    """One training step without the optimizer; what it raises is recorded for batch b."""
+    try:
+        loss = step()
+        loss.backward()
+    except Exception as e:
+        failures.append({"batch": b, "stage": "forward", "error": str(e).splitlines()[0]})
+
+
 def real_loop(model, loader):
     """The training loop without the optimizer step: every batch, and what each raises."""
     model.train()
@@ -163,12 +168,8 @@ def real_loop(model, loader):
             failures.append({"batch": b, "stage": "collate", "error": str(e).splitlines()[0]})
             b += 1
             continue
-        try:
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            model.zero_grad()
-        except Exception as e:
-            failures.append({"batch": b, "stage": "forward", "error": str(e).splitlines()[0]})
+        train_step(failures, b, lambda: loss_fn(model(x), y))
+        model.zero_grad()
         b += 1
     return {"batches": b, "failures": failures}
 
