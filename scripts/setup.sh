@@ -11,6 +11,7 @@ PACKAGES=(
   cmake g++ make ninja-build
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
+  libjpeg-dev libpng-dev libwebp-dev
 )
 case $BC_TORCH in
   debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;

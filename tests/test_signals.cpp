@@ -106,9 +106,10 @@ TEST(Signals, SigtermExits143) {
 TEST(Signals, SecondSignalExitsAtOnceWithoutAReport) {
   Workspace w("sigint2");
   slow_setup(w);
-  // A scan that cannot finish its current batch quickly: one batch of everything.
+  // A scan that cannot finish its current batch quickly on any machine: one batch of
+  // everything, through a forward of minutes (the second signal ends it at once).
   w.loader(R"({"batch_size": 20000})");
-  w.model("def forward(self, x):\n    for i in range(3000):\n        x = torch.tanh(x)\n    return x.sum(1, keepdim=True)\n");
+  w.model("def forward(self, x):\n    for i in range(60000):\n        x = torch.tanh(x)\n    return x.sum(1, keepdim=True)\n");
   w.write_config();
   Child c = start(w);
   ASSERT_TRUE(wait_for(c, "checking 1 batches"));  // the handlers are installed

@@ -156,7 +156,9 @@ void Aggregator::commit(const RecordEvent& r) {
   if (new_batch && at.batch) f->batches.push_back(*at.batch);
   if (new_batch) {
     ++f->occurrences_total;
-    if (f->occurrences.size() < kOccurrenceCap) f->occurrences.push_back({at.rank, at.batch, {}, 0});
+    if (f->occurrences.size() < kOccurrenceCap) {
+      f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json()});
+    }
   }
   // This batch's occurrence, unless it fell past the cap.
   Occurrence* occ = f->occurrences.size() == f->occurrences_total ? &f->occurrences.back() : nullptr;

@@ -60,6 +60,21 @@ struct CollateFailure {
   std::vector<uint64_t> rows;  // row 0, then the rows whose shape differs from row 0's
 };
 
+// A sample the dataset cannot load (an image file PIL cannot open or decode): PyTorch raises
+// from the dataset's __getitem__ at its batch, before the collate.
+struct UnreadableSample {
+  uint64_t row = 0;   // in the batch
+  std::string file;   // as the user would find it (the root as written, then the relative path)
+  std::string error;  // why, in PIL's words where PIL has them
+};
+
+// Why a batch never reaches the model: the dataset raised (unreadable samples), or else the
+// collate_fn did.
+struct LoadFailure {
+  std::vector<UnreadableSample> unreadable;  // every such sample of the batch, in row order
+  CollateFailure collate;                    // when `unreadable` is empty
+};
+
 enum class Slot { Input, Output, Target };
 const char* to_string(Slot s);
 
@@ -107,8 +122,9 @@ class Backend {
   virtual DatasetInfo dataset() const = 0;
   virtual ModelInfo model() const = 0;
   // Reads these dataset indices as the current batch and collates them. Throws InputError
-  // for unreadable data; a batch that does not collate is returned (a finding, not an error).
-  virtual std::optional<CollateFailure> load_batch(const std::vector<int64_t>& indices) = 0;
+  // for unusable data files; a batch whose samples do not load or do not collate is returned
+  // (a finding, not an error).
+  virtual std::optional<LoadFailure> load_batch(const std::vector<int64_t>& indices) = 0;
   // A hint: the batch after the current one. A backend may read it (and check its inputs)
   // while the current batch runs; load_batch() with the same indices then takes it.
   virtual void prefetch(const std::vector<int64_t>& /*indices*/) {}

@@ -32,3 +32,27 @@ Emitted collate_finding(const CollateFailure& failure) {
 }
 
 }  // namespace batchcheck
+
+namespace batchcheck {
+
+Emitted unreadable_finding(const std::vector<UnreadableSample>& samples) {
+  Emitted e;
+  e.id = "sample-unreadable";
+  e.stage = "load";
+  std::vector<std::string> shown;
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const auto& s : samples) {
+    if (shown.size() < 4) shown.push_back(s.file + " (" + s.error + ")");
+    files.push_back({{"file", s.file}, {"error", s.error}});
+    e.rows.push_back(s.row);
+  }
+  if (samples.size() > shown.size()) shown.push_back("... (" + std::to_string(samples.size()) + " files)");
+  e.message = std::string(samples.size() == 1 ? "a sample's file cannot be loaded: " : "samples' files cannot be loaded: ") +
+              join(shown) + "; the DataLoader raises at this batch (PIL cannot open or decode " +
+              (samples.size() == 1 ? "it" : "them") + "), so training stops here";
+  e.evidence = {{"files", files}};
+  e.total = samples.size();
+  return e;
+}
+
+}  // namespace batchcheck

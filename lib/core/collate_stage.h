@@ -1,7 +1,7 @@
 #pragma once
-// The collate stage's finding: a batch whose samples the DataLoader's collate_fn cannot put
-// together (default_collate on samples of unequal shape), at the batch where PyTorch raises.
-// Pure: unit-tested on fixed failures.
+// The load stage's findings, at the batch where PyTorch raises: samples the dataset cannot
+// load (an image file PIL cannot decode), or samples the DataLoader's collate_fn cannot put
+// together (default_collate on samples of unequal shape). Pure: unit-tested on fixed failures.
 #include "core/backend.h"
 #include "core/config.h"
 #include "core/value_findings.h"
@@ -9,5 +9,6 @@
 namespace batchcheck {
 
 Emitted collate_finding(const CollateFailure& failure);
+Emitted unreadable_finding(const std::vector<UnreadableSample>& samples);
 
 }  // namespace batchcheck

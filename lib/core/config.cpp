@@ -92,8 +92,21 @@ void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out)
 }
 
 void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
-  d.reject_unknown({"format", "inputs", "targets", "path"});
-  auto format = d.choice("format", {"npy", "pt"});
+  d.reject_unknown({"format", "inputs", "targets", "path", "transform"});
+  auto format = d.choice("format", {"npy", "pt", "imagefolder"});
+  if (format == "imagefolder") {
+    out.format = DataFormat::ImageFolder;
+    for (const char* key : {"inputs", "targets"}) {
+      if (d.has(key)) d.fail(key, "not used with format \"imagefolder\": its samples are (image, class index), the classes its sub-folders");
+    }
+    out.path_display = d.required_string("path");
+    out.path = resolve_path(base, out.path_display);
+    out.inputs = "inputs";
+    out.targets = "targets";
+    if (d.has("transform")) parse_image_transform(d, out.transform);
+    return;
+  }
+  if (d.has("transform")) d.fail("transform", "only used with format \"imagefolder\" (torchvision's image transforms)");
   auto path = d.string("path");
   const json* inputs_value = d.find("inputs");
   const bool inputs_map = inputs_value && inputs_value->is_object();
@@ -118,7 +131,7 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
     } else if (inputs && ends_with(*inputs, ".npy")) {
       format = "npy";
     } else if (path || inputs) {
-      d.fail("format", "cannot infer the format from the file extension; set \"format\" to \"npy\" or \"pt\"");
+      d.fail("format", "cannot infer the format from the file extension; set \"format\" to \"npy\", \"pt\" or \"imagefolder\"");
     } else {
       d.fail("inputs", "missing required key");
     }

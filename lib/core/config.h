@@ -15,7 +15,7 @@ struct RecordedOrder;
 enum class Mode { Train, Eval };
 enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
 enum class Reduction { Mean, Sum, None };
-enum class DataFormat { Npy, Pt };
+enum class DataFormat { Npy, Pt, ImageFolder };
 // TorchScript (torch.jit.save) or a torch.export program compiled by AOTInductor (.pt2).
 enum class ModelFormat { TorchScript, Pt2 };
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
@@ -61,8 +61,23 @@ struct ModelConfig {
   std::optional<std::variant<int64_t, std::string>> output;
 };
 
+// data.transform for an image folder: torchvision's Resize, CenterCrop, ToTensor, Normalize,
+// in that order (the deterministic stand-ins of a training pipeline's random crops).
+enum class Interpolation { Bilinear, Bicubic };
+struct ImageSize {
+  int height = 0, width = 0;
+  bool smaller_edge = false;  // one number: the smaller edge becomes `height`, aspect kept
+};
+struct ImageTransform {
+  std::optional<ImageSize> resize;
+  Interpolation interpolation = Interpolation::Bilinear;
+  std::optional<ImageSize> center_crop;  // never smaller_edge: one number is a square
+  std::vector<double> mean, std;         // Normalize, per channel (3); empty: none
+};
+
 struct DataConfig {
   DataFormat format = DataFormat::Npy;
+  ImageTransform transform;  // imagefolder: `path` is the root folder
   // npy: the two files (resolved). pt: `path` is the file, inputs/targets are keys.
   std::string inputs, targets, path;
   // npy with several input fields: "inputs": {"input_ids": "ids.npy", ...} (files resolved).

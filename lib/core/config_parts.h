@@ -13,6 +13,8 @@ namespace batchcheck {
 std::string resolve_path(const std::string& base_dir, const std::string& p);
 
 void parse_inputs(const JsonObject& m, ModelConfig& out);
+// data.transform of an image folder: {"resize", "interpolation", "center_crop", "normalize"}.
+void parse_image_transform(const JsonObject& d, ImageTransform& out);
 void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& out);
 // model.inputs against the data's fields, where the config alone says them (.npy files);
 // the keys of a .pt file are checked when it is read.

@@ -41,7 +41,58 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
   }
 }
 
+// 224, [224], or [height, width], as transforms.Resize / CenterCrop take them.
+ImageSize parse_image_size(const JsonObject& t, const std::string& key, bool smaller_edge_allowed) {
+  constexpr uint64_t kMaxSide = 16384;
+  const json& v = *t.find(key);
+  const std::string example = smaller_edge_allowed ? "256 (the smaller edge) or [height, width]" : "224 or [height, width]";
+  ImageSize size;
+  std::vector<uint64_t> sides;
+  if (v.is_number_unsigned()) {
+    sides.push_back(v.get<uint64_t>());
+  } else if (v.is_array() && (v.size() == 1 || v.size() == 2) && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number_unsigned(); })) {
+    for (const auto& x : v) sides.push_back(x.get<uint64_t>());
+  } else {
+    t.fail(key, "expected " + example + ", got " + describe_json(v));
+  }
+  for (uint64_t s : sides) {
+    if (s < 1 || s > kMaxSide) t.fail(key, "expected sizes in [1, " + std::to_string(kMaxSide) + "], got " + std::to_string(s));
+  }
+  size.height = static_cast<int>(sides.front());
+  size.width = static_cast<int>(sides.back());
+  size.smaller_edge = smaller_edge_allowed && sides.size() == 1;
+  return size;
+}
+
 }  // namespace
+
+void parse_image_transform(const JsonObject& d, ImageTransform& out) {
+  const JsonObject t = d.object("transform");
+  t.reject_unknown({"resize", "interpolation", "center_crop", "normalize"});
+  if (t.has("resize")) out.resize = parse_image_size(t, "resize", true);
+  if (auto i = t.choice("interpolation", {"bilinear", "bicubic"})) {
+    if (!out.resize) t.fail("interpolation", "only used with \"resize\"");
+    out.interpolation = *i == "bicubic" ? Interpolation::Bicubic : Interpolation::Bilinear;
+  }
+  if (t.has("center_crop")) out.center_crop = parse_image_size(t, "center_crop", false);
+  if (t.has("normalize")) {
+    const JsonObject n = t.object("normalize");
+    n.reject_unknown({"mean", "std"});
+    for (const char* key : {"mean", "std"}) {
+      auto values = n.number_list(key);
+      if (!values) n.fail(key, "missing required key (one value per channel: [r, g, b])");
+      if (values->size() != 3 && values->size() != 1) {
+        n.fail(key, "expected 3 values (r, g, b) or 1 for every channel, got " + std::to_string(values->size()));
+      }
+      if (values->size() == 1) values->assign(3, values->front());
+      (std::string(key) == "mean" ? out.mean : out.std) = *values;
+    }
+    for (double s : out.std) {
+      // torchvision raises at every sample: "std evaluated to zero ..., leading to division by zero."
+      if (s == 0) n.fail("std", "a standard deviation of 0 divides by zero (torchvision's Normalize raises at every sample)");
+    }
+  }
+}
 
 // "inputs": ["a", "b"] | {"arg": "field", ...} | "record".
 void parse_inputs(const JsonObject& m, ModelConfig& out) {

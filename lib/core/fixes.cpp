@@ -273,6 +273,17 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "pad_sequence needs equal sizes in every other dimension", {}});
     }
     f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "sample-unreadable") {
+    std::string first = "path/to/file";
+    const auto& files = f.evidence.value("files", nlohmann::ordered_json::array());
+    if (!files.empty()) first = files.front().value("file", first);
+    f.fixes.push_back({"replace-file", "re-encode or remove the file (and check the copy that produced it)",
+                       "python3 -c \"from PIL import Image; Image.open('" + first + "').convert('RGB')\"  # raises the same error",
+                       "a removed file shifts every later sample's index", {}});
+    f.fixes.push_back({"skip-unreadable", "let ImageFolder skip files that do not open",
+                       "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
+                       "  # opens(p): Image.open(p).convert('RGB') inside try/except OSError",
+                       "opening every file once at start-up; skipped files are not trained on", {}});
   } else if (id == "trace-mode-mismatch") {
     const bool want_train = c.mode == Mode::Train;
     f.fixes.push_back({"trace-in-scan-mode",

@@ -85,7 +85,7 @@ Finding finding_of(const json& j) {
   f.probe_size = j.at("probe_size").get<uint64_t>();
   for (const auto& o : j.at("occurrences")) {
     f.occurrences.push_back({opt_of<uint64_t>(o.at("rank")), opt_of<uint64_t>(o.at("batch")),
-                             o.at("samples").get<std::vector<int64_t>>(), o.at("count").get<uint64_t>()});
+                             o.at("samples").get<std::vector<int64_t>>(), o.at("count").get<uint64_t>(), {}});
   }
   f.occurrences_total = j.at("occurrences_total").get<uint64_t>();
   return f;

@@ -168,12 +168,12 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
 void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
   batch_has_error_ = false;
   sink_.begin(ctx.step, *ctx.indices);
-  std::optional<CollateFailure> collate = backend_.load_batch(*ctx.indices);
+  std::optional<LoadFailure> failure = backend_.load_batch(*ctx.indices);
   if (next) backend_.prefetch(*next);
-  if (collate) {
+  if (failure) {
     // PyTorch raises from next(iter(loader)): the model never sees this batch.
     collect_pending();
-    apply(ctx, {collate_finding(*collate)});
+    apply(ctx, {failure->unreadable.empty() ? collate_finding(failure->collate) : unreadable_finding(failure->unreadable)});
     sink_.end(step_end(ctx, false));
     return;
   }

@@ -71,6 +71,7 @@ nlohmann::ordered_json to_json(const Finding& f) {
                      {"batch", o.batch ? nlohmann::ordered_json(*o.batch) : nlohmann::ordered_json()},
                      {"samples", o.samples},
                      {"count", o.count}});
+      if (!o.files.is_null()) occ.back()["files"] = o.files;
     }
     j["occurrences"] = occ;
     j["occurrences_total"] = std::max<uint64_t>(f.occurrences_total, f.occurrences.size());

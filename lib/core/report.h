@@ -32,6 +32,9 @@ struct Occurrence {
   std::optional<uint64_t> rank, batch;
   std::vector<int64_t> samples;  // dataset indices concerned in this batch, capped
   uint64_t count = 0;            // samples concerned in this batch
+  // The files behind this batch's samples, when the finding is about files
+  // (sample-unreadable): [{"file", "error"}].
+  nlohmann::ordered_json files;
 };
 
 struct Finding {

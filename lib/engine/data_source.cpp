@@ -142,8 +142,12 @@ at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::st
 }
 
 std::unique_ptr<DataSource> open_data_source(const Config& cfg) {
-  if (cfg.data.format == DataFormat::Npy) return std::make_unique<NpySource>(cfg);
-  return open_pt_source(cfg);
+  switch (cfg.data.format) {
+    case DataFormat::Npy: return std::make_unique<NpySource>(cfg);
+    case DataFormat::Pt: return open_pt_source(cfg);
+    case DataFormat::ImageFolder: return open_image_source(cfg);
+  }
+  return nullptr;
 }
 
 }  // namespace batchcheck

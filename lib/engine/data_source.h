@@ -26,7 +26,8 @@ class DataSource {
   // Per-sample shape and dtype; a dimension that varies between samples is -1.
   virtual TensorMeta sample_meta(int field) const = 0;
   // The collated batch of these samples (CollateConfig), or undefined without targets.
-  // Throws CollateError where the DataLoader's collate_fn raises.
+  // Throws CollateError where the DataLoader's collate_fn raises, UnreadableError where the
+  // dataset's __getitem__ does.
   virtual at::Tensor gather(int field, const std::vector<int64_t>& indices) const = 0;
   // Bytes read per sample (every field), to decide whether prefetching pays.
   virtual uint64_t sample_bytes() const = 0;
@@ -34,6 +35,11 @@ class DataSource {
 
 struct CollateError {
   CollateFailure failure;
+};
+
+// Samples whose files do not load (an image folder's undecodable file), at the batch.
+struct UnreadableError {
+  std::vector<UnreadableSample> samples;
 };
 
 // The batch of `samples` (one tensor per sample) as the collate_fn builds it: torch.stack
@@ -44,6 +50,9 @@ at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::st
 
 // A torch.save file (pt_source.cpp). Throws InputError.
 std::unique_ptr<DataSource> open_pt_source(const Config& cfg);
+
+// An image folder (image_source.cpp). Throws InputError.
+std::unique_ptr<DataSource> open_image_source(const Config& cfg);
 
 // Opens the data the config names, with the fields model.inputs asks for. Throws InputError
 // for unusable files and fields that are not there.

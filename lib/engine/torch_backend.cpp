@@ -147,7 +147,7 @@ class TorchBackend : public Backend {
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     pick_device();
-    if (opt.loading) opt.loading(cfg.data.format == DataFormat::Pt ? cfg.data.path_display : cfg.data.inputs_display);
+    if (opt.loading) opt.loading(cfg.data.format == DataFormat::Npy ? cfg.data.inputs_display : cfg.data.path_display);
     data_ = open_data_source(cfg);
     if (opt.loading) opt.loading(cfg.model.path);
     load_operator_libraries(cfg.model);
@@ -166,7 +166,7 @@ class TorchBackend : public Backend {
 
   ModelInfo model() const override { return model_->info(); }
 
-  std::optional<CollateFailure> load_batch(const std::vector<int64_t>& indices) override {
+  std::optional<LoadFailure> load_batch(const std::vector<int64_t>& indices) override {
     Staged s;
     if (pending_.valid()) {
       s = pending_.get();  // rethrows what the worker threw (e.g. a truncated file)
@@ -180,7 +180,7 @@ class TorchBackend : public Backend {
     output_ = at::Tensor();
     loss_ = at::Tensor();
     checked_.clear();
-    return std::move(s.collate);
+    return std::move(s.failure);
   }
 
   TensorMeta meta(Slot slot) const override { return meta_of(tensor(slot)); }
@@ -405,7 +405,7 @@ class TorchBackend : public Backend {
     std::vector<at::Tensor> inputs;  // per input field
     at::Tensor target;
     std::vector<std::optional<ValueStats>> input_stats;
-    std::optional<CollateFailure> collate;  // then no inputs and an undefined target
+    std::optional<LoadFailure> failure;  // then no inputs and an undefined target
   };
 
   // Runs on the worker thread for prefetched batches (data sources are read-only).
@@ -418,7 +418,12 @@ class TorchBackend : public Backend {
     } catch (CollateError& e) {
       s.inputs.clear();
       s.target = at::Tensor();
-      s.collate = std::move(e.failure);
+      s.failure = LoadFailure{{}, std::move(e.failure)};
+      return s;
+    } catch (UnreadableError& e) {
+      s.inputs.clear();
+      s.target = at::Tensor();
+      s.failure = LoadFailure{std::move(e.samples), {}};
       return s;
     }
     for (const auto& in : s.inputs) {
