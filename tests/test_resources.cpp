@@ -9,6 +9,10 @@
 #include <fstream>
 #include <thread>
 
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "test_helpers.h"
 #include "workspace.h"
 
 using namespace batchcheck;
@@ -179,4 +183,27 @@ TEST(Resources, BatchLargerThanMemoryIsExit2NamingTheSize) {
       << r.err;
   EXPECT_NE(r.err.find("): not enough memory (RAM, or the limit of ulimit -v) for this batch size\n"), std::string::npos) << r.err;
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
+}
+
+// A torch.save dataset is mapped, not read into memory: the scan's peak memory is the same for
+// 40 MB and 400 MB of data (it was the whole file twice over: bytes, then tensors).
+TEST(Resources, LargePtDatasetMemoryDoesNotGrowWithTheFile) {
+  if (!python_torch_available()) GTEST_SKIP() << python_missing_line("the .pt memory test");
+  if (kAsan) GTEST_SKIP() << "AddressSanitizer's shadow memory dominates the resident set";
+  Workspace w("ptmemory");
+  auto peak = [&](const std::string& name, uint64_t features) {
+    const std::string script = python() + " -W ignore " BATCHCHECK_SOURCE_DIR "/tests/pipelines/pt_memory.py ";
+    CommandResult made = run_command(script + "write '" + w.file(name) + "' 100000 " + std::to_string(features) + " 2>&1");
+    EXPECT_EQ(made.status, 0) << made.output;
+    CommandResult r = run_command(script + "scan '" + kBin + "' '" + w.file(name) + "' 2>&1");
+    EXPECT_EQ(r.status, 0) << r.output;
+    const std::string last = r.output.substr(r.output.rfind('{'));
+    const nlohmann::json j = nlohmann::json::parse(last);
+    EXPECT_EQ(j["exit"], 0) << r.output;
+    return j["peak_rss_mb"].get<double>();
+  };
+  const double small = peak("small", 100);   // 40 MB of inputs
+  const double large = peak("large", 1000);  // 400 MB
+  std::cout << "[ info ] peak RSS: " << small << " MB for 40 MB of data, " << large << " MB for 400 MB\n";
+  EXPECT_LT(large - small, 64.0) << "memory grows with the dataset";
 }

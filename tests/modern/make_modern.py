@@ -110,6 +110,22 @@ def transformer_case(out_dir):
     return {"case": "transformer", "failure": first_failure(run, x, y, 8)}
 
 
+def link_against_this_torch():
+    """torch's C++ builder lists Python's LIBDIR (/usr/lib/x86_64-linux-gnu on Debian) before
+    torch's own lib folder: with Debian's libtorch-dev installed too (the 1.13 build), -ltorch
+    finds the system's LibTorch, the package's wrapper links none, and loading it fails with
+    "undefined symbol: aoti_torch_...". Search this torch's folder first."""
+    from torch._inductor import cpp_builder
+
+    original = cpp_builder._get_python_related_args
+
+    def torch_first():
+        include_dirs, lib_dirs = original()
+        return include_dirs, [os.path.join(os.path.dirname(torch.__file__), "lib")] + lib_dirs
+
+    cpp_builder._get_python_related_args = torch_first
+
+
 def aoti_case(out_dir):
     d = os.path.join(out_dir, "aoti")
     os.makedirs(d, exist_ok=True)
@@ -118,6 +134,7 @@ def aoti_case(out_dir):
     example = (torch.randn(4, DIM),)
     ep = torch.export.export(net, example, dynamic_shapes={"x": {0: torch.export.Dim.AUTO}})
     path = os.path.join(d, "model.pt2")
+    link_against_this_torch()
     torch._inductor.aoti_compile_and_package(ep, package_path=path)
     x, y = data(17, (DIM,), 2)
     write_case(out_dir, "aoti", "model.pt2", x, y, 8)
