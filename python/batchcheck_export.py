@@ -8,7 +8,10 @@ What it writes into the folder:
   - model.pt: the model as TorchScript: torch.jit.script, or torch.jit.trace on the loader's
     first batch when scripting fails (with a warning: a trace freezes control flow, the shapes
     it saw, and the train/eval mode it was traced in);
-  - the dataset, read sample by sample (dataset[i], with progress on stderr): inputs.npy and
+  - for a torchvision ImageFolder whose transform is Resize/CenterCrop/ToTensor/Normalize (random
+    crops and flips allowed: their deterministic stand-in is declared), nothing: the config
+    points at the folder and batchcheck reads the images itself;
+  - else the dataset, read sample by sample (dataset[i], with progress on stderr): inputs.npy and
     targets.npy when every sample has the same shape (streamed to disk, any size), else data.pt
     holding a list of per-sample tensors per field (variable-length sequences);
   - order.json: the batches your loader's next epoch delivers, when its order is not plain
@@ -172,6 +175,78 @@ def _write_data(folder, dataset, input_key, target_key):
     return {"format": "pt", "path": "data.pt"}
 
 
+def _image_folder(dataset):
+    """A torchvision ImageFolder whose transform batchcheck can declare: the `data` config that
+    reads the folder itself (format "imagefolder"), else None (the samples are then written
+    out). Random crops become their deterministic stand-in of the same output size; random
+    flips and colour changes are left out (they change values, not shapes). Duck-typed: no
+    torchvision import."""
+    names = {c.__name__ for c in type(dataset).__mro__}
+    if "DatasetFolder" not in names or getattr(dataset, "target_transform", None) is not None:
+        return None
+    if not isinstance(getattr(dataset, "root", None), (str, os.PathLike)):
+        return None
+    steps = getattr(dataset.transform, "transforms", [dataset.transform] if dataset.transform else [])
+    out, order, skipped = {}, [], []
+    for t in steps:
+        kind = type(t).__name__
+        interpolation = str(getattr(getattr(t, "interpolation", None), "value", "bilinear"))
+        if kind == "Resize" and getattr(t, "max_size", None) is None and interpolation in ("bilinear", "bicubic"):
+            size = t.size if isinstance(t.size, int) else list(t.size)
+            out["resize"] = size[0] if isinstance(size, list) and len(size) == 1 else size
+            if interpolation != "bilinear":
+                out["interpolation"] = interpolation
+            order.append(0)
+        elif kind == "CenterCrop":
+            out["center_crop"] = list(t.size) if t.size[0] != t.size[1] else t.size[0]
+            order.append(1)
+        elif kind == "RandomResizedCrop":
+            size = list(t.size)
+            out["resize"] = min(size)
+            out["center_crop"] = size if size[0] != size[1] else size[0]
+            order.append(1)
+            skipped.append(kind + " (checked at its output size)")
+        elif kind in ("RandomHorizontalFlip", "RandomVerticalFlip", "ColorJitter", "RandomRotation", "RandomGrayscale"):
+            skipped.append(kind)
+        elif kind == "ToTensor":
+            order.append(2)
+        elif kind == "Normalize":
+            out["normalize"] = {"mean": [float(v) for v in t.mean], "std": [float(v) for v in t.std]}
+            order.append(3)
+        else:
+            return None
+    if 2 not in order or order != sorted(order) or len(order) != len(set(order)):
+        return None
+    if skipped:
+        warnings.warn("export_scan: the image folder is scanned with a deterministic transform; %s left out"
+                      % ", ".join(skipped), stacklevel=3)
+    data = {"format": "imagefolder", "path": os.path.abspath(dataset.root)}
+    if out:
+        data["transform"] = out
+    return data
+
+
+def _first_batch(dataset, indices):
+    """The samples of the first batch; one that fails to load (a corrupt image) is skipped:
+    the scan reports it, the example only needs to run the model."""
+    samples = []
+    for i in indices:
+        try:
+            samples.append(dataset[i])
+        except Exception:
+            continue
+    for i in range(len(dataset)):
+        if samples:
+            break
+        try:
+            samples.append(dataset[i])
+        except Exception:
+            continue
+    if not samples:
+        raise ValueError("export_scan: no sample of the dataset loads")
+    return samples
+
+
 def _pad_batch(samples, pad, input_key, target_key):
     xs, ys = [], []
     for s in samples:
@@ -254,7 +329,7 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
                          "(pad_sequence(batch_first=True)) or use default_collate")
     order = None if _plain_sequential(loader) else _record_order(loader, n)
     first_indices = order[0] if order else list(range(min(n, loader.batch_size or 1)))
-    samples = [dataset[i] for i in first_indices]
+    samples = _first_batch(dataset, first_indices)
     if pad:
         x, _ = _pad_batch(samples, pad, input_key, target_key)
         if pad_to_multiple_of > 1 and x.dim() > 1 and x.size(1) % pad_to_multiple_of:
@@ -275,7 +350,9 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
 
     scripted, how = _script_or_trace(model, x, mode)
     scripted.save(os.path.join(folder, "model.pt"))
-    data = _write_data(folder, dataset, input_key, target_key)
+    data = _image_folder(dataset) if not pad else None
+    if data is None:
+        data = _write_data(folder, dataset, input_key, target_key)
 
     loader_cfg = {}
     if loader.batch_size is not None:

@@ -231,3 +231,25 @@ TEST_F(ImageFolders, ImagesOfUnequalSizeFailLikeDefaultCollate) {
     }
   }
 }
+
+// The case: one corrupt JPEG (and a file that is no image) and a class index the model
+// has no output for, in a training pipeline with random crops and flips, exported with
+// python/batchcheck_export.py from the user's own ImageFolder, model and DataLoader.
+TEST_F(ImageFolders, ExportedTrainingPipelineFailsWhereTheLoopDoes) {
+  const Json& t = truth("few-classes");
+  ASSERT_EQ(loop_failures(t, "load"), (std::set<uint64_t>{0, 2}));
+  ASSERT_EQ(loop_failures(t, "forward"), (std::set<uint64_t>{3}));  // "Target 2 is out of bounds."
+  // The random crop is declared by its output size, the flip left out, and both said.
+  ASSERT_EQ(t["export_warnings"].size(), 1u) << t.dump(1);
+  EXPECT_NE(t["export_warnings"][0].get<std::string>().find("RandomResizedCrop (checked at its output size), RandomHorizontalFlip left out"),
+            std::string::npos);
+  std::ifstream in(config_path("few-classes"));
+  const Json cfg = Json::parse(in);
+  EXPECT_EQ(cfg["data"]["format"], "imagefolder");
+  EXPECT_EQ(cfg["data"]["transform"]["center_crop"], 32);
+  Scan s = scan("few-classes");
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(scan_failures(s.report, "sample-unreadable"), loop_failures(t, "load")) << s.report["findings"].dump(1);
+  EXPECT_EQ(scan_failures(s.report, "target-out-of-range"), loop_failures(t, "forward")) << s.report["findings"].dump(1);
+  EXPECT_EQ(s.report["summary"]["errors"], 2) << s.report["findings"].dump(1);
+}

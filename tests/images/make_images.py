@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -81,6 +82,8 @@ CASES = {
                                                transforms.Normalize(MEAN, STD)]),
                 {"resize": 36, "center_crop": 32, "normalize": {"mean": MEAN, "std": STD}}),
 }
+# A model with two outputs for the three classes: class index 2 is out of range for it.
+FEW_CLASSES = 2
 
 
 def pillow_vertical_first():
@@ -158,6 +161,26 @@ def real_loop(model, loader):
     return {"batches": b, "failures": failures}
 
 
+def few_classes(out):
+    """The corrupt tree, a model with too few outputs, and a training transform with random
+    crops and flips, exported with python/batchcheck_export.py from the user's own objects."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    from batchcheck_export import export_scan
+
+    tf = transforms.Compose([transforms.RandomResizedCrop(32), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                             transforms.Normalize(MEAN, STD)])
+    ds = datasets.ImageFolder(os.path.join(out, "tree-corrupt"), transform=tf)
+    model = SmallCNN(FEW_CLASSES)
+    loader = DataLoader(ds, batch_size=BATCH)
+    case = {"case": "few-classes", "classes": ds.classes}
+    case.update(real_loop(model, loader))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_scan(os.path.join(out, "few-classes"), model, loader, loss=torch.nn.CrossEntropyLoss())
+    case["export_warnings"] = [str(w.message) for w in caught if "export_scan" in str(w.message)]
+    return case
+
+
 def main(out):
     torch.manual_seed(0)
     write_tree(os.path.join(out, "tree-clean"))
@@ -192,6 +215,7 @@ def main(out):
         with open(os.path.join(out, name, "config.json"), "w") as f:
             json.dump(config, f, indent=1)
         manifest["cases"].append(case)
+    manifest["cases"].append(few_classes(out))
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 
