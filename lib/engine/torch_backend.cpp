@@ -3,6 +3,7 @@
 #include "engine/torch_backend.h"
 
 #include <ATen/ATen.h>
+#include <malloc.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
@@ -153,6 +154,8 @@ class TorchBackend : public Backend {
     load_operator_libraries(cfg.model);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
                                                   : load_torchscript(cfg.model, device_, data_->input_names());
+    // Loading reads whole archives into memory and frees them: give that back before the scan.
+    ::malloc_trim(0);
   }
 
   DatasetInfo dataset() const override {
