@@ -11,9 +11,9 @@ What it writes into the folder:
   - for a torchvision ImageFolder whose transform is Resize/CenterCrop/ToTensor/Normalize (random
     crops and flips allowed: their deterministic stand-in is declared), nothing: the config
     points at the folder and batchcheck reads the images itself;
-  - else the dataset, read sample by sample (dataset[i], with progress on stderr): inputs.npy and
-    targets.npy when every sample has the same shape (streamed to disk, any size), else data.pt
-    holding a list of per-sample tensors per field (variable-length sequences);
+  - else the dataset, read sample by sample (dataset[i], with progress on stderr) and streamed
+    to disk, any size: inputs.npy and targets.npy for samples of one shape, values + offsets
+    .npy files for a field whose samples vary in length (token sequences);
   - order.json: the batches your loader's next epoch delivers, when its order is not plain
     sequential (shuffle, a sampler, a batch sampler). They are recorded through a copy of your
     loader over a dataset of indices with the same sampler and generator, and every RNG it
@@ -27,6 +27,7 @@ batch is built both ways and must agree, else export_scan raises. Needs torch an
 """
 import json
 import os
+import shutil
 import sys
 import warnings
 
@@ -119,60 +120,88 @@ class _Progress:
             sys.stderr.flush()
 
 
+class _Ragged:
+    """A variable-length field as values + offsets .npy files (sample i is
+    values[offsets[i]:offsets[i+1]]), streamed: the values go to disk as they come, and the
+    .npy header is written in front of them at the end. Only the offsets stay in memory."""
+
+    def __init__(self, folder, name):
+        self.folder, self.name = folder, name
+        self.raw_path = os.path.join(folder, name + ".values.raw")
+        self.raw = open(self.raw_path, "wb")
+        self.offsets = [0]
+        self.dtype = self.trailing = None
+
+    def add(self, t, i):
+        a = np.ascontiguousarray(t.numpy())
+        if a.ndim == 0:
+            raise ValueError("export_scan: sample %d of %s is a scalar among variable-length samples" % (i, self.name))
+        if self.dtype is None:
+            self.dtype, self.trailing = a.dtype, a.shape[1:]
+        elif a.dtype != self.dtype or a.shape[1:] != self.trailing:
+            raise ValueError("export_scan: sample %d of %s is %s %s; variable-length samples must differ only in their first "
+                             "dimension (as pad_sequence needs), and the first was %s (n, %s)"
+                             % (i, self.name, a.dtype, list(a.shape), self.dtype, ", ".join(map(str, self.trailing))))
+        self.raw.write(a.tobytes())
+        self.offsets.append(self.offsets[-1] + a.shape[0])
+
+    def finish(self):
+        self.raw.close()
+        values = self.name + ".values.npy"
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                  "shape": (self.offsets[-1],) + tuple(self.trailing)}
+        with open(os.path.join(self.folder, values), "wb") as out, open(self.raw_path, "rb") as src:
+            np.lib.format.write_array_header_1_0(out, header)
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.remove(self.raw_path)
+        offsets = self.name + ".offsets.npy"
+        np.save(os.path.join(self.folder, offsets), np.asarray(self.offsets, dtype=np.int64))
+        return {"values": values, "offsets": offsets}
+
+
 def _write_data(folder, dataset, input_key, target_key):
-    """Reads every sample once. Equal shapes: two .npy files written row by row through a
-    memory map (any size). Varying shapes: data.pt with a list of per-sample tensors."""
+    """Reads every sample once, streaming each field to disk (any size): samples of one shape
+    to a .npy file written row by row through a memory map; variable-length samples (token
+    sequences) to values + offsets .npy files. A field that turns out to vary is rewritten
+    from the first sample."""
     n = len(dataset)
-    progress = _Progress(n, "reading the dataset")
-    first_x, first_y = _split(dataset[0], input_key, target_key) if n else (None, None)
     if n == 0:
         raise ValueError("export_scan: the dataset is empty")
-    fx, fy = _tensor(first_x, "input", 0), (None if first_y is None else _tensor(first_y, "target", 0))
-    files = {}
-    maps = {}
-    ragged = {"inputs": [], "targets": []}
-    fixed = True
+    progress = _Progress(n, "reading the dataset")
+    first = _split(dataset[0], input_key, target_key)
+    names = ["inputs"] + (["targets"] if first[1] is not None else [])
+    kinds = {"inputs": "input", "targets": "target"}
+    shape0 = {name: tuple(_tensor(v, kinds[name], 0).shape) for name, v in zip(names, first)}
+    maps, ragged = {}, {}
     for i in range(n):
-        x, y = (first_x, first_y) if i == 0 else _split(dataset[i], input_key, target_key)
-        tx = _tensor(x, "input", i)
-        ty = None if fy is None else _tensor(y, "target", i)
-        if fixed and (tx.shape != fx.shape or (ty is not None and ty.shape != fy.shape)):
-            # Variable shapes: keep per-sample tensors (what was memory-mapped so far is re-read).
-            fixed = False
-            maps.clear()
-            for j in range(i):
-                xj, yj = _split(dataset[j], input_key, target_key)
-                ragged["inputs"].append(_tensor(xj, "input", j))
-                if fy is not None:
-                    ragged["targets"].append(_tensor(yj, "target", j))
-        if fixed:
-            for name, t in (("inputs", tx), ("targets", ty)):
-                if t is None:
-                    continue
-                if name not in maps:
-                    path = os.path.join(folder, name + ".npy")
-                    maps[name] = np.lib.format.open_memmap(path, mode="w+", dtype=t.numpy().dtype, shape=(n,) + tuple(t.shape))
-                    files[name] = name + ".npy"
-                maps[name][i] = t.numpy()
-        else:
-            ragged["inputs"].append(tx)
-            if ty is not None:
-                ragged["targets"].append(ty)
+        sample = first if i == 0 else _split(dataset[i], input_key, target_key)
+        for name, value in zip(names, sample):
+            t = _tensor(value, kinds[name], i)
+            if name not in ragged and tuple(t.shape) != shape0[name]:
+                # This field varies: values + offsets from sample 0 on.
+                if name in maps:
+                    del maps[name]
+                    os.remove(os.path.join(folder, name + ".npy"))
+                ragged[name] = _Ragged(folder, name)
+                for j in range(i):
+                    pj = _split(dataset[j], input_key, target_key)
+                    ragged[name].add(_tensor(pj[names.index(name)], kinds[name], j), j)
+            if name in ragged:
+                ragged[name].add(t, i)
+                continue
+            if name not in maps:
+                maps[name] = np.lib.format.open_memmap(os.path.join(folder, name + ".npy"), mode="w+",
+                                                       dtype=t.numpy().dtype, shape=(n,) + tuple(t.shape))
+            maps[name][i] = t.numpy()
         progress(i + 1)
-    if fixed:
-        for m in maps.values():
-            m.flush()
-        return {"format": "npy", **files}
-    for name in ("inputs.npy", "targets.npy"):
-        if os.path.exists(os.path.join(folder, name)):
-            os.remove(os.path.join(folder, name))
-    data = {"inputs": ragged["inputs"]}
-    if fy is not None:
-        # Targets of one shape are stacked; varying ones stay per sample.
-        shapes = {tuple(t.shape) for t in ragged["targets"]}
-        data["targets"] = torch.stack(ragged["targets"]) if len(shapes) == 1 else ragged["targets"]
-    torch.save(data, os.path.join(folder, "data.pt"))
-    return {"format": "pt", "path": "data.pt"}
+    data = {"format": "npy"}
+    for name in names:
+        if name in ragged:
+            data[name] = ragged[name].finish()
+        else:
+            maps[name].flush()
+            data[name] = name + ".npy"
+    return data
 
 
 def _image_folder(dataset):

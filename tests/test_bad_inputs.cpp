@@ -96,6 +96,14 @@ std::vector<BadInput> catalogue() {
       write_text(w.file("cfg.json"), replace(kGood, R"("data": {"inputs": "x.npy", "targets": "y.npy"})", R"("data": {"path": "d.pt"})"));
     });
   };
+  // x.npy (8 rows) as the values of a variable-length input, with these offsets.
+  auto ragged_offsets = [on_valid](std::vector<int64_t> offsets) {
+    return on_valid([offsets](Workspace& w) {
+      write_npy(w.file("o.npy"), NpyDtype::Int64, {offsets.size()}, offsets.data());
+      write_text(w.file("cfg.json"), replace(kGood, R"("data": {"inputs": "x.npy", "targets": "y.npy"})",
+                                             R"("data": {"inputs": {"values": "x.npy", "offsets": "o.npy"}})"));
+    });
+  };
   std::string nested = kProto;
   for (int i = 0; i < 1000; ++i) nested += "(";
   for (int i = 0; i < 1000; ++i) nested += "l";
@@ -112,6 +120,18 @@ std::vector<BadInput> catalogue() {
       {"pt: storage numel lie", pt_bytes(archive(kProto + "}(" + str("inputs") + tensor(64, {8, 3}, {3, 1}) + "u.", 96)), 2,
        e + "d.pt: not a usable torch.save file: its storage 0 claims 64 elements but holds 96 bytes (the file is truncated or "
            "corrupt)"},
+      // --- variable-length .npy fields: values + offsets ---
+      {"npy offsets decrease", ragged_offsets({0, 2, 1, 8}), 2, e + "o.npy: [2]: offsets must not decrease: 1 after 2"},
+      {"npy offsets start past 0", ragged_offsets({1, 2, 8}), 2, e + "o.npy: [0]: offsets must start at 0, got 1"},
+      {"npy offsets end short", ragged_offsets({0, 2, 4, 7}), 2,
+       e + "o.npy: [3]: the last offset must be the values' length, 8, got 7"},
+      {"npy offsets not int64", on_valid([](Workspace& w) {
+         const std::vector<float> f{0, 4, 8};
+         write_npy(w.file("o.npy"), NpyDtype::Float32, {3}, f.data());
+         write_text(w.file("cfg.json"), replace(kGood, R"("data": {"inputs": "x.npy", "targets": "y.npy"})",
+                                                R"("data": {"inputs": {"values": "x.npy", "offsets": "o.npy"}})"));
+       }),
+       2, e + "o.npy: offsets must be a 1-D int64 array of samples + 1 entries (got float32 [3])"},
       // --- config ---
       {"empty config", cfg(""), 2, e + "cfg.json: 1:1: the file is empty; expected a JSON object"},
       {"not JSON", cfg("model: unet.pt\n"), 2, e + "cfg.json: 1:1: syntax error while parsing value - invalid literal; last read: 'm'"},

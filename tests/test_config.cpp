@@ -346,3 +346,29 @@ TEST(Config, ModelInputsNameTheFields) {
   EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids", "mask"]})", R"("data": {"path": "d.pt", "inputs": {"ids": "ids.npy"}})"),
             "batchcheck: error: cfg.json: data.inputs: an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
 }
+
+TEST(Config, VariableLengthNpyFieldsAreValuesAndOffsets) {
+  auto cfg = [](const std::string& data) { return R"({"model": {"path": "m.pt", "inputs": ["ids", "mask"]}, )" + data + R"(, "loader": {"batch_size": 8}})"; };
+  Config p = parse_config("cfg.json",
+                          cfg(R"("data": {"inputs": {"ids": {"values": "ids.v.npy", "offsets": "ids.o.npy"}, "mask": "mask.npy"},
+                                          "targets": {"values": "y.v.npy", "offsets": "y.o.npy"}})"),
+                          "/base");
+  EXPECT_EQ(p.data.field_files, (std::vector<std::string>{"/base/ids.v.npy", "/base/mask.npy"}));
+  EXPECT_EQ(p.data.field_offsets, (std::vector<std::string>{"/base/ids.o.npy", ""}));
+  EXPECT_EQ(p.data.targets, "/base/y.v.npy");
+  EXPECT_EQ(p.data.targets_offsets, "/base/y.o.npy");
+  EXPECT_EQ(p.data.targets_offsets_display, "y.o.npy");
+  // One input field: the object with exactly "values" and "offsets" is the field itself.
+  Config one = parse_config(
+      "cfg.json", R"({"model": {"path": "m.pt"}, "data": {"inputs": {"values": "v.npy", "offsets": "o.npy"}}, "loader": {"batch_size": 8}})", "/base");
+  EXPECT_EQ(one.data.format, DataFormat::Npy);
+  EXPECT_EQ(one.data.inputs, "/base/v.npy");
+  EXPECT_EQ(one.data.inputs_offsets, "/base/o.npy");
+  EXPECT_TRUE(one.data.field_names.empty());
+  try {
+    parse_config("cfg.json", cfg(R"("data": {"inputs": {"ids": {"values": "v.npy"}, "mask": "m.npy"}})"), "/base");
+    ADD_FAILURE() << "a field object without offsets";
+  } catch (const InputError& e) {
+    EXPECT_EQ(format_error(e), R"(batchcheck: error: cfg.json: data.inputs.ids: expected a .npy file name, or {"values": ..., "offsets": ...} for a variable-length field, got an object)");
+  }
+}

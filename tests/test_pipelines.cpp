@@ -254,6 +254,13 @@ TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
   EXPECT_NE(said.find("tracing the model on the first batch in train mode instead. A trace freezes Python control flow"),
             std::string::npos)
       << said;
+  // Variable-length token sequences are streamed as values + offsets .npy files.
+  {
+    std::ifstream in(dir_->path() / "export-textpad" / "config.json");
+    const Json cfg = Json::parse(in);
+    EXPECT_EQ(cfg["data"]["inputs"], Json::parse(R"({"values": "inputs.values.npy", "offsets": "inputs.offsets.npy"})")) << cfg.dump();
+    EXPECT_EQ(cfg["data"]["targets"], "targets.npy");
+  }
   // A plain shuffled loader is recorded (its seed came from the global RNG).
   EXPECT_EQ(scan("export-shuffled").report["geometry"]["sampler"], "recorded");
   EXPECT_EQ(scan("export-textpad").report["geometry"]["sampler"], "sequential");

@@ -109,21 +109,55 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   if (d.has("transform")) d.fail("transform", "only used with format \"imagefolder\" (torchvision's image transforms)");
   auto path = d.string("path");
   const json* inputs_value = d.find("inputs");
-  const bool inputs_map = inputs_value && inputs_value->is_object();
+  // {"values": "v.npy", "offsets": "o.npy"}: one variable-length field (else a field map).
+  auto ragged = [](const json* v) { return v && v->is_object() && v->size() == 2 && v->contains("values") && v->contains("offsets"); };
+  // Reads a ragged field's two files: values (resolved, displayed), offsets (resolved, displayed).
+  auto ragged_files = [&](const JsonObject& spec, std::string& values, std::string& values_display, std::string& offsets,
+                          std::string& offsets_display) {
+    values_display = spec.required_string("values");
+    offsets_display = spec.required_string("offsets");
+    if (values_display.empty()) spec.fail("values", "expected a .npy file name");
+    if (offsets_display.empty()) spec.fail("offsets", "expected a .npy file name");
+    values = resolve_path(base, values_display);
+    offsets = resolve_path(base, offsets_display);
+  };
+  const bool inputs_ragged = ragged(inputs_value);
+  const bool inputs_map = inputs_value && inputs_value->is_object() && !inputs_ragged;
+  if ((inputs_map || inputs_ragged) && (format == "pt" || path)) {
+    d.fail("inputs", "an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
+  }
+  if (inputs_ragged) {
+    ragged_files(d.object("inputs"), out.inputs, out.inputs_display, out.inputs_offsets, out.inputs_offsets_display);
+    format = "npy";
+  }
   if (inputs_map) {
-    if (format == "pt" || path) d.fail("inputs", "an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
     if (inputs_value->empty()) d.fail("inputs", "expected at least one field -> .npy file");
+    const JsonObject map = d.object("inputs");
     for (const auto& item : inputs_value->items()) {
-      if (!item.value().is_string() || item.value().get<std::string>().empty()) {
-        d.fail("inputs." + item.key(), "expected a .npy file name, got " + describe_json(item.value()));
-      }
       out.field_names.push_back(item.key());
+      if (ragged(&item.value())) {
+        std::string values, values_display, offsets, offsets_display;
+        ragged_files(map.object(item.key()), values, values_display, offsets, offsets_display);
+        out.field_displays.push_back(values_display);
+        out.field_files.push_back(values);
+        out.field_offsets.push_back(offsets);
+        out.field_offsets_displays.push_back(offsets_display);
+        continue;
+      }
+      if (!item.value().is_string() || item.value().get<std::string>().empty()) {
+        d.fail("inputs." + item.key(), "expected a .npy file name, or {\"values\": ..., \"offsets\": ...} for a variable-length field, got " +
+                                           describe_json(item.value()));
+      }
       out.field_displays.push_back(item.value().get<std::string>());
       out.field_files.push_back(resolve_path(base, item.value().get<std::string>()));
+      out.field_offsets.emplace_back();
+      out.field_offsets_displays.emplace_back();
     }
     format = "npy";
   }
-  auto inputs = inputs_map ? std::optional<std::string>(out.field_displays.front()) : d.string("inputs");
+  auto inputs = inputs_map      ? std::optional<std::string>(out.field_displays.front())
+                : inputs_ragged ? std::optional<std::string>(out.inputs_display)
+                                : d.string("inputs");
   if (!format) {
     // Inferred from the file extension, as SPEC.md promises.
     if (path && (ends_with(*path, ".pt") || ends_with(*path, ".pth"))) {
@@ -139,8 +173,16 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   out.format = *format == "npy" ? DataFormat::Npy : DataFormat::Pt;
   if (out.format == DataFormat::Npy) {
     if (path) d.fail("path", "not used with format \"npy\"; name the files in \"inputs\" and \"targets\"");
-    out.inputs_display = inputs_map ? out.field_displays.front() : d.required_string("inputs");
-    out.inputs = resolve_path(base, out.inputs_display);
+    if (!inputs_ragged) {
+      out.inputs_display = inputs_map ? out.field_displays.front() : d.required_string("inputs");
+      out.inputs = resolve_path(base, out.inputs_display);
+    }
+    const json* targets_value = d.find("targets");
+    if (ragged(targets_value)) {
+      ragged_files(d.object("targets"), out.targets, out.targets_display, out.targets_offsets, out.targets_offsets_display);
+      out.has_targets = true;
+      return;
+    }
     auto targets = d.string("targets");
     out.has_targets = targets.has_value();
     if (targets) {

@@ -82,6 +82,11 @@ struct DataConfig {
   std::string inputs, targets, path;
   // npy with several input fields: "inputs": {"input_ids": "ids.npy", ...} (files resolved).
   std::vector<std::string> field_names, field_files, field_displays;
+  // npy, a variable-length field as values + offsets (Arrow's list layout: sample i is
+  // values[offsets[i]:offsets[i+1]]): the offsets file per field ("" when stacked), and for
+  // the one-file inputs and the targets.
+  std::vector<std::string> field_offsets, field_offsets_displays;
+  std::string inputs_offsets, inputs_offsets_display, targets_offsets, targets_offsets_display;
   bool has_targets = true;
   bool targets_explicit = false;  // pt: the key was named, so it must exist
   // The paths as the user wrote them, for messages.

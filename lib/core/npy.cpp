@@ -335,4 +335,9 @@ void NpyFile::read_rows(const std::vector<int64_t>& indices, void* dst) const {
   }
 }
 
+void NpyFile::read_span(uint64_t first, uint64_t count, void* dst) const {
+  if (first > samples() || count > samples() - first) throw InternalError("NpyFile::read_span: range out of bounds");
+  read_at(header_.data_offset + first * header_.row_bytes, count * header_.row_bytes, static_cast<char*>(dst));
+}
+
 }  // namespace batchcheck

@@ -39,6 +39,8 @@ class NpyFile {
   // Reads the given samples, in order, into dst (indices.size() * row_bytes bytes).
   // Consecutive indices are read with one call.
   void read_rows(const std::vector<int64_t>& indices, void* dst) const;
+  // Reads `count` consecutive samples from `first` into dst.
+  void read_span(uint64_t first, uint64_t count, void* dst) const;
 
  private:
   void read_at(uint64_t offset, uint64_t size, char* dst) const;

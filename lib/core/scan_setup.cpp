@@ -34,7 +34,8 @@ void refuse_overwriting_inputs(const std::string& output, const std::string& con
   if (!fs::exists(output, ec)) return;  // a new file cannot be one of the inputs
   const std::vector<std::pair<std::string, std::string>> inputs = {
       {config_path, "the config"},         {cfg.model.path, "the model"},   {cfg.data.inputs, "the inputs"},
-      {cfg.data.targets, "the targets"},   {cfg.data.path, "the data file"}};
+      {cfg.data.targets, "the targets"},   {cfg.data.path, "the data file"},
+      {cfg.data.inputs_offsets, "the inputs' offsets"}, {cfg.data.targets_offsets, "the targets' offsets"}};
   for (const auto& [path, what] : inputs) {
     if (path.empty()) continue;
     if (fs::equivalent(output, path, ec) && !ec) {

@@ -3,8 +3,10 @@
 #include "engine/data_source.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
+#include "core/contract.h"
 #include "core/error_text.h"
 #include "core/errors.h"
 #include "core/npy.h"
@@ -16,18 +18,117 @@ namespace batchcheck {
 
 namespace {
 
+// One .npy field: a file of stacked samples, or values + offsets for variable-length samples
+// (sample i is values[offsets[i]:offsets[i+1]]), both read with positioned reads only.
+class NpyField {
+ public:
+  NpyField(const std::string& display, const std::string& path, const std::string& offsets_display, const std::string& offsets_path)
+      : values_(std::make_unique<NpyFile>(display, path)) {
+    if (offsets_path.empty()) return;
+    offsets_ = std::make_unique<NpyFile>(offsets_display, offsets_path);
+    const NpyHeader& h = offsets_->header();
+    if (h.dtype != NpyDtype::Int64 || h.shape.size() != 1 || h.shape[0] == 0) {
+      throw InputError(offsets_display, "", std::string("offsets must be a 1-D int64 array of samples + 1 entries (got ") + to_string(h.dtype) + " " +
+                                                shape_text(std::vector<int64_t>(h.shape.begin(), h.shape.end())) + ")");
+    }
+    if (values_->header().shape.empty()) throw InputError(display, "", "values of a variable-length field need a first dimension");
+    // Every offset, once, in chunks: they must start at 0, never decrease, and end at the
+    // values' length, so that no batch can read outside the file.
+    constexpr uint64_t kChunk = 1 << 16;
+    std::vector<int64_t> chunk(kChunk);
+    int64_t previous = 0;
+    for (uint64_t first = 0; first < h.shape[0]; first += kChunk) {
+      const uint64_t n = std::min(kChunk, h.shape[0] - first);
+      offsets_->read_span(first, n, chunk.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        const int64_t o = chunk[i];
+        if ((first + i == 0 && o != 0) || o < previous) {
+          throw InputError(offsets_display, "[" + std::to_string(first + i) + "]",
+                           first + i == 0 ? "offsets must start at 0, got " + std::to_string(o)
+                                          : "offsets must not decrease: " + std::to_string(o) + " after " + std::to_string(previous));
+        }
+        previous = o;
+      }
+    }
+    if (static_cast<uint64_t>(previous) != values_->samples()) {
+      throw InputError(offsets_display, "[" + std::to_string(h.shape[0] - 1) + "]",
+                       "the last offset must be the values' length, " + std::to_string(values_->samples()) + ", got " + std::to_string(previous));
+    }
+  }
+  bool ragged() const { return offsets_ != nullptr; }
+  const std::string& display() const { return values_->display(); }
+  uint64_t samples() const { return ragged() ? offsets_->samples() - 1 : values_->samples(); }
+  TensorMeta sample_meta() const {
+    TensorMeta m;
+    m.present = true;
+    const auto& shape = values_->header().shape;
+    // A stacked field's sample drops the first dimension; a ragged one's keeps it, varying.
+    if (ragged()) m.shape.push_back(-1);
+    for (std::size_t i = 1; i < shape.size(); ++i) m.shape.push_back(static_cast<int64_t>(shape[i]));
+    m.dtype = to_string(values_->header().dtype);
+    m.floating = at::isFloatingType(torch_dtype(values_->header().dtype));
+    return m;
+  }
+  uint64_t sample_bytes() const {
+    const uint64_t n = samples();
+    return ragged() ? (n ? values_->header().row_bytes * values_->samples() / n : 0) : values_->header().row_bytes;
+  }
+  // The batch's rows (stacked), or its samples one by one (ragged) for the collate.
+  at::Tensor read_stacked(const std::vector<int64_t>& indices) const {
+    const NpyHeader& h = values_->header();
+    std::vector<int64_t> shape{static_cast<int64_t>(indices.size())};
+    for (std::size_t i = 1; i < h.shape.size(); ++i) shape.push_back(static_cast<int64_t>(h.shape[i]));
+    at::Tensor t = allocate(shape, indices.size());
+    values_->read_rows(indices, t.data_ptr());
+    return t;
+  }
+  std::vector<at::Tensor> read_samples(const std::vector<int64_t>& indices) const {
+    const NpyHeader& h = values_->header();
+    std::vector<at::Tensor> out;
+    out.reserve(indices.size());
+    for (int64_t i : indices) {
+      int64_t span[2];
+      offsets_->read_span(static_cast<uint64_t>(i), 2, span);
+      std::vector<int64_t> shape{span[1] - span[0]};
+      for (std::size_t k = 1; k < h.shape.size(); ++k) shape.push_back(static_cast<int64_t>(h.shape[k]));
+      at::Tensor t = allocate(shape, 1);
+      values_->read_span(static_cast<uint64_t>(span[0]), static_cast<uint64_t>(span[1] - span[0]), t.data_ptr());
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+ private:
+  at::Tensor allocate(const std::vector<int64_t>& shape, std::size_t samples) const {
+    const at::ScalarType dtype = torch_dtype(values_->header().dtype);
+    try {
+      return at::empty(shape, at::TensorOptions().dtype(dtype));
+    } catch (const c10::Error& e) {
+      // The machine's limit, not a bug: say how much one batch needs.
+      long double bytes = static_cast<long double>(c10::elementSize(dtype));
+      for (int64_t d : shape) bytes *= static_cast<long double>(d);
+      throw InputError(display(), "",
+                       "a batch of " + plural(samples, "sample") + " needs " +
+                           format_number(static_cast<double>(bytes / (1024.0L * 1024.0L))) +
+                           " MiB and allocating it failed (" + parse_error_text(e.what()).message +
+                           "): not enough memory (RAM, or the limit of ulimit -v) for this batch size");
+    }
+  }
+  std::unique_ptr<NpyFile> values_, offsets_;
+};
+
 class NpySource : public DataSource {
  public:
   NpySource(const Config& cfg) : collate_(cfg.loader.collate) {
     const DataConfig& d = cfg.data;
     if (d.field_names.empty()) {
       names_ = {"inputs"};
-      inputs_.push_back(std::make_unique<NpyFile>(d.inputs_display, d.inputs));
+      inputs_.push_back(std::make_unique<NpyField>(d.inputs_display, d.inputs, d.inputs_offsets_display, d.inputs_offsets));
     } else {
       names_ = cfg.model.inputs_kind == InputsKind::Single ? d.field_names : wanted_fields(cfg, d.field_names, "", cfg.file);
       for (const auto& name : names_) {
         const std::size_t k = static_cast<std::size_t>(std::find(d.field_names.begin(), d.field_names.end(), name) - d.field_names.begin());
-        inputs_.push_back(std::make_unique<NpyFile>(d.field_displays[k], d.field_files[k]));
+        inputs_.push_back(std::make_unique<NpyField>(d.field_displays[k], d.field_files[k], d.field_offsets_displays[k], d.field_offsets[k]));
         if (inputs_.back()->samples() != inputs_.front()->samples()) {
           throw InputError(d.field_displays[k], "", "holds " + std::to_string(inputs_.back()->samples()) + " samples but " +
                                                         inputs_.front()->display() + " holds " +
@@ -36,7 +137,7 @@ class NpySource : public DataSource {
       }
     }
     if (d.has_targets) {
-      targets_ = std::make_unique<NpyFile>(d.targets_display, d.targets);
+      targets_ = std::make_unique<NpyField>(d.targets_display, d.targets, d.targets_offsets_display, d.targets_offsets);
       if (targets_->samples() != inputs_.front()->samples()) {
         throw InputError(d.targets_display, "",
                          "holds " + std::to_string(targets_->samples()) + " samples but " + inputs_.front()->display() + " holds " +
@@ -49,56 +150,32 @@ class NpySource : public DataSource {
   const std::vector<std::string>& input_names() const override { return names_; }
   bool has_targets() const override { return targets_ != nullptr; }
   TensorMeta sample_meta(int field) const override {
-    const NpyFile* f = file(field);
-    TensorMeta m;
-    if (!f) return m;
-    m.present = true;
-    for (std::size_t i = 1; i < f->header().shape.size(); ++i) m.shape.push_back(static_cast<int64_t>(f->header().shape[i]));
-    m.dtype = to_string(f->header().dtype);
-    at::ScalarType t = torch_dtype(f->header().dtype);
-    m.floating = at::isFloatingType(t);
-    return m;
+    const NpyField* f = file(field);
+    return f ? f->sample_meta() : TensorMeta{};
   }
   uint64_t sample_bytes() const override {
-    uint64_t total = meta_bytes(sample_meta(kTargetField));
-    for (std::size_t k = 0; k < inputs_.size(); ++k) total += meta_bytes(sample_meta(static_cast<int>(k)));
+    uint64_t total = targets_ ? targets_->sample_bytes() : 0;
+    for (const auto& f : inputs_) total += f->sample_bytes();
     return total;
   }
   at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
-    const NpyFile* f = file(field);
+    const NpyField* f = file(field);
     if (!f) return {};
-    std::vector<int64_t> shape{static_cast<int64_t>(indices.size())};
-    for (std::size_t i = 1; i < f->header().shape.size(); ++i) shape.push_back(static_cast<int64_t>(f->header().shape[i]));
-    // Read straight into the tensor's storage: no intermediate copy.
-    const at::ScalarType dtype = torch_dtype(f->header().dtype);
-    at::Tensor t;
-    try {
-      t = at::empty(shape, at::TensorOptions().dtype(dtype));
-    } catch (const c10::Error& e) {
-      // The machine's limit, not a bug: say how much one batch needs.
-      long double bytes = static_cast<long double>(c10::elementSize(dtype));
-      for (int64_t d : shape) bytes *= static_cast<long double>(d);
-      throw InputError(f->display(), "",
-                       "a batch of " + plural(indices.size(), "sample") + " needs " +
-                           format_number(static_cast<double>(bytes / (1024.0L * 1024.0L))) +
-                           " MiB and allocating it failed (" + parse_error_text(e.what()).message +
-                           "): not enough memory (RAM, or the limit of ulimit -v) for this batch size");
-    }
-    f->read_rows(indices, t.data_ptr());
     const bool target = field == kTargetField;
-    return collate_stacked(t, target ? "targets" : names_[static_cast<std::size_t>(field)], target, collate_);
+    const std::string& name = target ? std::string("targets") : names_[static_cast<std::size_t>(field)];
+    if (f->ragged()) return collate_samples(f->read_samples(indices), name, collate_.pad_for(name, target), collate_.pad_to_multiple_of);
+    return collate_stacked(f->read_stacked(indices), name, target, collate_);
   }
 
  private:
-  const NpyFile* file(int field) const {
+  const NpyField* file(int field) const {
     return field == kTargetField ? targets_.get() : inputs_.at(static_cast<std::size_t>(field)).get();
   }
   CollateConfig collate_;
   std::vector<std::string> names_;
-  std::vector<std::unique_ptr<NpyFile>> inputs_;
-  std::unique_ptr<NpyFile> targets_;
+  std::vector<std::unique_ptr<NpyField>> inputs_;
+  std::unique_ptr<NpyField> targets_;
 };
-
 
 }  // namespace
 
