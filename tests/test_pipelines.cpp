@@ -280,6 +280,32 @@ TEST_F(Pipelines, TwoInputsFromDictRecordsPositionallyByNameOrAsOneDict) {
   }
 }
 
+// A collate_fn that builds the attention mask from the padded ids: the data holds no mask,
+// loader.collate.mask generates it, and the scan fails where the loop does.
+TEST_F(Pipelines, GeneratedAttentionMaskIsTheCollateFnsMask) {
+  const Json& t = truth("mask-generated");
+  const std::set<uint64_t> expected = loop_failures(t, "forward");
+  ASSERT_EQ(expected, (std::set<uint64_t>{3}));
+  Scan s = scan("mask-generated");
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(scan_failures(s.report, "forward-error"), expected) << s.report["findings"].dump(1);
+  EXPECT_EQ(s.report["summary"]["errors"], 1) << s.report["findings"].dump(1);
+  // The mask's values: a model that returns NaN unless the mask is 1 exactly on the tokens
+  // (padding to a multiple of 8 included) passes every batch.
+  Scan values = scan("mask-values");
+  EXPECT_EQ(values.code, 0) << values.err << values.report["findings"].dump(1);
+  // The mask must mark a padded field that forward receives.
+  const std::string dir = (dir_->path() / "mask-generated").string();
+  std::ifstream in(dir + "/config.json");
+  Json cfg = Json::parse(in);
+  cfg["model"]["inputs"] = Json::parse(R"(["attention_mask"])");
+  std::ofstream(dir + "/variant.json") << cfg.dump();
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"scan", dir + "/variant.json", "-q"}, out, err), 2);
+  EXPECT_EQ(err.str(), "batchcheck: error: " + dir + "/variant.json: loader.collate.mask.attention_mask: marks \"input_ids\", "
+                       "which model.inputs does not list\n");
+}
+
 TEST_F(Pipelines, ModelInputsThatDoNotFitForwardOrTheDataAreRefusedAtLoad) {
   auto with_inputs = [&](const std::string& name, const Json& inputs) {
     const std::string dir = (dir_->path() / name).string();

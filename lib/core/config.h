@@ -102,7 +102,16 @@ struct CollateConfig {
   // "targets"; a field with no value is stacked.
   std::vector<std::pair<std::string, double>> pad;
   uint64_t pad_to_multiple_of = 1;
+  // Generated fields: a mask (int64, 1 on a sample's positions, 0 on padding) of the padded
+  // field named, as a collate_fn returning an attention mask builds it; name -> padded field.
+  std::vector<std::pair<std::string, std::string>> masks;
   bool pads() const { return !pad.empty(); }
+  const std::string* mask_source(const std::string& field) const {
+    for (const auto& [name, source] : masks) {
+      if (name == field) return &source;
+    }
+    return nullptr;
+  }
   std::optional<double> pad_for(const std::string& field, bool target) const {
     for (const auto& [name, value] : pad) {
       if (name == field) return value;

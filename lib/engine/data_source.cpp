@@ -82,6 +82,16 @@ class NpyField {
     values_->read_rows(indices, t.data_ptr());
     return t;
   }
+  std::vector<int64_t> lengths(const std::vector<int64_t>& indices) const {
+    std::vector<int64_t> out;
+    out.reserve(indices.size());
+    for (int64_t i : indices) {
+      int64_t span[2];
+      offsets_->read_span(static_cast<uint64_t>(i), 2, span);
+      out.push_back(span[1] - span[0]);
+    }
+    return out;
+  }
   std::vector<at::Tensor> read_samples(const std::vector<int64_t>& indices) const {
     const NpyHeader& h = values_->header();
     std::vector<at::Tensor> out;
@@ -166,6 +176,10 @@ class NpySource : public DataSource {
     if (f->ragged()) return collate_samples(f->read_samples(indices), name, collate_.pad_for(name, target), collate_.pad_to_multiple_of);
     return collate_stacked(f->read_stacked(indices), name, target, collate_);
   }
+  std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const override {
+    const NpyField* f = file(field);
+    return f && f->ragged() ? f->lengths(indices) : DataSource::lengths(field, indices);
+  }
 
  private:
   const NpyField* file(int field) const {
@@ -218,13 +232,94 @@ at::Tensor collate_samples(const std::vector<at::Tensor>& samples, const std::st
   }
 }
 
-std::unique_ptr<DataSource> open_data_source(const Config& cfg) {
+namespace {
+
+std::unique_ptr<DataSource> open_file_source(const Config& cfg) {
   switch (cfg.data.format) {
     case DataFormat::Npy: return std::make_unique<NpySource>(cfg);
     case DataFormat::Pt: return open_pt_source(cfg);
     case DataFormat::ImageFolder: return open_image_source(cfg);
   }
   return nullptr;
+}
+
+// The fields a collate_fn generates (loader.collate.mask) around the source that holds the
+// rest: forward's inputs in model.inputs' order, a mask computed from its padded field's
+// sample lengths, the length rounded up as the padding is.
+class MaskedSource : public DataSource {
+ public:
+  MaskedSource(const Config& cfg, std::unique_ptr<DataSource> inner) : inner_(std::move(inner)), collate_(cfg.loader.collate) {
+    const std::vector<std::string>& have = inner_->input_names();
+    auto index_of = [&](const std::string& field) {
+      const auto it = std::find(have.begin(), have.end(), field);
+      if (it == have.end()) throw InternalError("MaskedSource: no field " + field);
+      return static_cast<int>(it - have.begin());
+    };
+    std::vector<std::string> order = cfg.model.input_fields;
+    if (cfg.model.inputs_kind == InputsKind::Record) {
+      order = have;
+      for (const auto& [name, source] : collate_.masks) order.push_back(name);
+    }
+    for (const auto& name : order) {
+      const std::string* source = collate_.mask_source(name);
+      names_.push_back(name);
+      fields_.push_back({source ? -1 : index_of(name), source ? index_of(*source) : -1});
+    }
+  }
+  uint64_t samples() const override { return inner_->samples(); }
+  const std::vector<std::string>& input_names() const override { return names_; }
+  bool has_targets() const override { return inner_->has_targets(); }
+  TensorMeta sample_meta(int field) const override {
+    if (field == kTargetField) return inner_->sample_meta(field);
+    const Field& f = fields_.at(static_cast<std::size_t>(field));
+    if (f.inner >= 0) return inner_->sample_meta(f.inner);
+    TensorMeta m = inner_->sample_meta(f.marks);
+    m.shape = {m.shape.empty() ? 1 : m.shape[0]};
+    m.dtype = "int64";
+    m.floating = false;
+    return m;
+  }
+  uint64_t sample_bytes() const override { return inner_->sample_bytes(); }
+  at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
+    if (field == kTargetField) return inner_->gather(field, indices);
+    const Field& f = fields_.at(static_cast<std::size_t>(field));
+    if (f.inner >= 0) return inner_->gather(f.inner, indices);
+    const std::vector<int64_t> lengths = inner_->lengths(f.marks, indices);
+    int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+    const auto m = static_cast<int64_t>(collate_.pad_to_multiple_of);
+    if (m > 1 && longest % m != 0) longest += m - longest % m;
+    at::Tensor positions = at::arange(longest, at::kLong).unsqueeze(0);
+    return positions.lt(at::tensor(lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+  }
+  std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const override {
+    const Field& f = fields_.at(static_cast<std::size_t>(field));
+    return f.inner >= 0 ? inner_->lengths(f.inner, indices) : DataSource::lengths(field, indices);
+  }
+
+ private:
+  struct Field {
+    int inner;  // the inner source's field, or -1 for a generated mask
+    int marks;  // a mask: the inner field whose lengths it marks
+  };
+  std::unique_ptr<DataSource> inner_;
+  CollateConfig collate_;
+  std::vector<std::string> names_;
+  std::vector<Field> fields_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> open_data_source(const Config& cfg) {
+  if (cfg.loader.collate.masks.empty()) return open_file_source(cfg);
+  // The file holds every field but the generated ones.
+  Config files = cfg;
+  ModelConfig& m = files.model;
+  for (std::size_t i = m.input_fields.size(); i-- > 0;) {
+    if (!cfg.loader.collate.mask_source(m.input_fields[i])) continue;
+    m.input_fields.erase(m.input_fields.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!m.input_args.empty()) m.input_args.erase(m.input_args.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return std::make_unique<MaskedSource>(cfg, open_file_source(files));
 }
 
 }  // namespace batchcheck

@@ -31,6 +31,12 @@ class DataSource {
   virtual at::Tensor gather(int field, const std::vector<int64_t>& indices) const = 0;
   // Bytes read per sample (every field), to decide whether prefetching pays.
   virtual uint64_t sample_bytes() const = 0;
+  // Each sample's length (its first dimension) in input field k, before padding: what a
+  // generated mask marks. Stacked fields: the common length.
+  virtual std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const {
+    const TensorMeta m = sample_meta(field);
+    return std::vector<int64_t>(indices.size(), m.shape.empty() ? 1 : m.shape[0]);
+  }
 };
 
 struct CollateError {

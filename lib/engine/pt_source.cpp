@@ -254,6 +254,17 @@ class PtSource : public DataSource {
     return m;
   }
   uint64_t sample_bytes() const override { return bytes_per_sample_; }
+  std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const override {
+    const Field& f = at_field(field);
+    if (!f.ragged) return DataSource::lengths(field, indices);
+    std::vector<int64_t> out;
+    out.reserve(indices.size());
+    for (int64_t i : indices) {
+      const at::Tensor& t = f.items[static_cast<std::size_t>(i)];
+      out.push_back(t.dim() ? t.size(0) : 1);
+    }
+    return out;
+  }
   at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
     const Field& f = at_field(field);
     if (!f.defined()) return {};
