@@ -194,6 +194,8 @@ TEST(ConfigErrors, ExactMessages) {
        R"(batchcheck: error: cfg.json: loader.collate.mask.attention_mask: is generated, so it is not padded: remove it from "pad")"},
       {with("loader", R"({"batch_size": 8, "collate": {"pad": {"ids": 0}, "mask": "attention_mask"}})"),
        R"(batchcheck: error: cfg.json: loader.collate.mask: expected an object of generated field -> padded field, e.g. {"attention_mask": "input_ids"}, got "attention_mask")"},
+      {with("loss", R"({"type": "mse", "target": "label"})"),
+       R"(batchcheck: error: cfg.json: loss.target: names a field, but data.inputs is one .npy file; give the targets' file in data.targets, or map every field to its file: "inputs": {"label": "label.npy", ...})"},
       {with("lossy", R"({})"), R"(batchcheck: error: cfg.json: lossy: unknown key; did you mean "loss"?)"},
       {R"({"model": {"path": "m.pt"}})", "batchcheck: error: cfg.json: data: missing required key"},
       {"[1, 2]", "batchcheck: error: cfg.json: 1:1: expected an object, got an array"},
@@ -379,4 +381,33 @@ TEST(Config, VariableLengthNpyFieldsAreValuesAndOffsets) {
   } catch (const InputError& e) {
     EXPECT_EQ(format_error(e), R"(batchcheck: error: cfg.json: data.inputs.ids: expected a .npy file name, or {"values": ..., "offsets": ...} for a variable-length field, got an object)");
   }
+}
+
+TEST(Config, LossTargetNamesTheTargetField) {
+  Config npy = parse_config("cfg.json", R"({"model": {"path": "m.pt", "inputs": ["ids"]}, "data": {"inputs": {"ids": "ids.npy", "label": "y.npy"}},
+                                          "loader": {"batch_size": 8}, "loss": {"type": "cross_entropy", "target": "label"}})",
+                            "/base");
+  EXPECT_EQ(npy.data.field_names, (std::vector<std::string>{"ids"}));
+  EXPECT_EQ(npy.data.targets, "/base/y.npy");
+  EXPECT_EQ(npy.data.targets_display, "y.npy");
+  EXPECT_TRUE(npy.data.has_targets);
+  Config pt = parse_config("cfg.json", R"({"model": {"path": "m.pt"}, "data": {"path": "d.pt"}, "loader": {"batch_size": 8},
+                                         "loss": {"type": "cross_entropy", "target": "label"}})",
+                           "/base");
+  EXPECT_EQ(pt.data.targets, "label");
+  EXPECT_TRUE(pt.data.targets_explicit);
+  auto err = [](const std::string& text) {
+    try {
+      parse_config("cfg.json", text, "/base");
+    } catch (const InputError& e) {
+      return format_error(e);
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(err(R"({"model": {"path": "m.pt"}, "data": {"path": "d.pt", "targets": "y"}, "loader": {"batch_size": 8},
+                   "loss": {"type": "mse", "target": "label"}})"),
+            R"(batchcheck: error: cfg.json: loss.target: names "label" but data.targets names "y"; keep one)");
+  EXPECT_EQ(err(R"({"model": {"path": "m.pt", "inputs": ["ids"]}, "data": {"inputs": {"ids": "ids.npy", "label": "y.npy"}},
+                   "loader": {"batch_size": 8}, "loss": {"type": "mse", "target": "lable"}})"),
+            R"(batchcheck: error: cfg.json: loss.target: no field "lable" in data.inputs (fields: ids, label); did you mean "label"?)");
 }

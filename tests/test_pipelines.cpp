@@ -347,6 +347,21 @@ TEST_F(Pipelines, EachInputFieldIsCheckedAndNamed) {
   EXPECT_EQ(f["samples"], Json::parse("[5]"));
   EXPECT_EQ(f["evidence"]["field"], "b");
   EXPECT_EQ(f["message"].get<std::string>().rfind("field \"b\": ", 0), 0u) << f["message"];
+  // loss.target: the labels as one more field of the map, named the target: the same scan.
+  const std::string dir = (dir_->path() / "npy-two-fields").string();
+  std::ifstream in(dir + "/config.json");
+  Json cfg = Json::parse(in);
+  cfg["data"]["inputs"]["label"] = "y.npy";
+  cfg["data"].erase("targets");
+  cfg["loss"]["target"] = "label";
+  std::ofstream(dir + "/by-target.json") << cfg.dump();
+  std::ostringstream out, err;
+  const std::string report = dir_->file("by-target-report.json");
+  EXPECT_EQ(run_cli({"scan", dir + "/by-target.json", "-q", "-o", report}, out, err), 1) << err.str();
+  std::ifstream r(report);
+  const Json by_target = Json::parse(r);
+  EXPECT_EQ(by_target["findings"], s.report["findings"]);
+  EXPECT_EQ(by_target["dataset"]["target_shape"], s.report["dataset"]["target_shape"]);
 }
 
 TEST_F(Pipelines, OperatorLibrariesLoadBeforeTheModel) {

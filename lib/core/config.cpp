@@ -203,7 +203,11 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
 
 
 void parse_loss(const JsonObject& l, LossConfig& out) {
-  l.reject_unknown({"type", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta"});
+  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta"});
+  if (auto target = l.string("target")) {
+    if (target->empty()) l.fail("target", "expected a field name");
+    out.target = *target;
+  }
   auto type = l.choice("type", loss_type_names());
   if (!type) l.fail("type", "missing required key");
   out.type = *parse_loss_type(*type);
@@ -326,6 +330,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
     cfg.device = *device;
   }
   cfg.sync = top.boolean("sync").value_or(true);
+  apply_loss_target(top, cfg);
   check_fields(top, cfg);
   return cfg;
 }

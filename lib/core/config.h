@@ -147,6 +147,8 @@ struct LoaderConfig {
 
 struct LossConfig {
   LossType type = LossType::None;
+  // loss.target: the data field the loss compares the prediction with (applied to data.targets).
+  std::optional<std::string> target;
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
   std::vector<double> weight;      // per-class weights (cross_entropy, nll) or elementwise (bce)

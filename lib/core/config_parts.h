@@ -16,6 +16,9 @@ void parse_inputs(const JsonObject& m, ModelConfig& out);
 // data.transform of an image folder: {"resize", "interpolation", "center_crop", "normalize"}.
 void parse_image_transform(const JsonObject& d, ImageTransform& out);
 void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& out);
+// loss.target: which data field is the target (a .pt key, or a field of the .npy map, which
+// then leaves the inputs). Before check_fields.
+void apply_loss_target(const JsonObject& top, Config& cfg);
 // model.inputs against the data's fields, where the config alone says them (.npy files);
 // the keys of a .pt file are checked when it is read.
 void check_fields(const JsonObject& top, const Config& cfg);

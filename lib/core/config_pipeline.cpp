@@ -229,6 +229,50 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   parse_collate(l, out.collate);
 }
 
+void apply_loss_target(const JsonObject& top, Config& cfg) {
+  if (!cfg.loss.target) return;
+  const std::string& target = *cfg.loss.target;
+  const JsonObject loss = top.object("loss");
+  DataConfig& d = cfg.data;
+  switch (d.format) {
+    case DataFormat::ImageFolder:
+      loss.fail("target", "an image folder's target is each image's class index; remove loss.target");
+    case DataFormat::Pt:
+      if (d.targets_explicit && d.targets != target) {
+        loss.fail("target", "names \"" + target + "\" but data.targets names \"" + d.targets + "\"; keep one");
+      }
+      d.targets = target;
+      d.targets_explicit = true;
+      d.has_targets = true;
+      return;
+    case DataFormat::Npy: {
+      const auto it = std::find(d.field_names.begin(), d.field_names.end(), target);
+      if (it == d.field_names.end()) {
+        if (d.field_names.empty()) {
+          loss.fail("target", "names a field, but data.inputs is one .npy file; give the targets' file in data.targets, or map "
+                              "every field to its file: \"inputs\": {\"" + target + "\": \"" + target + ".npy\", ...}");
+        }
+        loss.fail("target", "no field \"" + target + "\" in data.inputs (fields: " + join(d.field_names) + ")" + did_you_mean(target, d.field_names));
+      }
+      if (d.has_targets) loss.fail("target", "names a field of data.inputs, but data.targets names the targets' file already; keep one");
+      if (d.field_names.size() == 1) loss.fail("target", "is the only field of data.inputs: the model has no input left");
+      // The field moves from the inputs to the targets.
+      const auto k = static_cast<std::size_t>(it - d.field_names.begin());
+      d.targets = d.field_files[k];
+      d.targets_display = d.field_displays[k];
+      d.targets_offsets = d.field_offsets[k];
+      d.targets_offsets_display = d.field_offsets_displays[k];
+      d.has_targets = true;
+      for (auto* v : {&d.field_names, &d.field_files, &d.field_displays, &d.field_offsets, &d.field_offsets_displays}) {
+        v->erase(v->begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      d.inputs = d.field_files.front();
+      d.inputs_display = d.field_displays.front();
+      return;
+    }
+  }
+}
+
 void check_fields(const JsonObject& top, const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const DataConfig& d = cfg.data;
