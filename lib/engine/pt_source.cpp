@@ -1,8 +1,5 @@
 // A torch.save file as a data source: a dict of fields, a tuple (inputs, targets), or a list
 // of per-sample records; each field a stacked tensor or a list of per-sample tensors.
-#include <sys/mman.h>
-#include <unistd.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
 #include <algorithm>
@@ -21,127 +18,14 @@
 #include "core/files.h"
 #include "core/pickle_check.h"
 #include "core/text.h"
-#include "core/zip.h"
 #include "engine/data_fields.h"
 #include "engine/data_source.h"
+#include "engine/pt_mapped.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
 
 namespace {
-
-// The file mapped copy-on-write, so that the unpickler's tensors can point into it without a
-// copy. Batches are read from the file with positioned reads (read_at), never through the
-// mapping: a page fault maps a whole page-cache folio (up to megabytes), so a batch of
-// scattered rows read through it would page in most of the file. Memory then does not grow
-// with the dataset, as with .npy.
-class MappedFile {
- public:
-  MappedFile(const std::string& path, const std::string& display) : display_(display) {
-    std::ifstream probe(path, std::ios::binary | std::ios::ate);
-    if (!probe) throw InputError(display, "", "cannot read: " + std::string(std::strerror(errno)));
-    size_ = static_cast<std::size_t>(probe.tellg());
-    if (size_ == 0) throw InputError(display, "", "is empty, not a file written by torch.save");
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw InputError(display, "", "cannot read: " + std::string(std::strerror(errno)));
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(f), 0);
-    const int err = errno;
-    fd_ = ::dup(fileno(f));
-    std::fclose(f);
-    if (p == MAP_FAILED || fd_ < 0) {
-      if (p != MAP_FAILED) ::munmap(p, size_);
-      throw InputError(display, "", "cannot map it into memory: " + std::string(std::strerror(err)));
-    }
-    data_ = static_cast<char*>(p);
-  }
-  ~MappedFile() {
-    ::munmap(data_, size_);
-    ::close(fd_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::string_view bytes() const { return {data_, size_}; }
-  char* data() const { return data_; }
-  // Unmodified pages come back from the file when read again.
-  void release() const { ::madvise(data_, size_, MADV_DONTNEED); }
-  bool contains(const void* p, std::size_t n) const {
-    const char* c = static_cast<const char*>(p);
-    return c >= data_ && n <= size_ && static_cast<std::size_t>(c - data_) <= size_ - n;
-  }
-  // The bytes the mapping shows at `p`, read from the file instead.
-  void read_at(const void* p, std::size_t n, void* dst) const {
-    uint64_t offset = static_cast<uint64_t>(static_cast<const char*>(p) - data_);
-    char* out = static_cast<char*>(dst);
-    while (n > 0) {
-      const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) throw InputError(display_, "", std::string("cannot read: ") + (got < 0 ? std::strerror(errno) : "the file shrank while it was read"));
-      out += got;
-      offset += static_cast<uint64_t>(got);
-      n -= static_cast<std::size_t>(got);
-    }
-  }
-
- private:
-  std::string display_;
-  char* data_ = nullptr;
-  std::size_t size_ = 0;
-  int fd_ = -1;
-};
-
-// A copy of a sample tensor, read from the file when it lies in the mapping.
-at::Tensor read_copy(const at::Tensor& t, const MappedFile& map) {
-  if (!t.is_contiguous() || !map.contains(t.data_ptr(), static_cast<std::size_t>(t.nbytes()))) return t;
-  at::Tensor out = at::empty(t.sizes(), t.options());
-  map.read_at(t.data_ptr(), static_cast<std::size_t>(t.nbytes()), out.data_ptr());
-  return out;
-}
-
-// torch.load's reading of a torch.save zip, with each storage pointing into the mapping
-// instead of a copy: LibTorch's own unpickler, fed the pickle and the members' addresses.
-// check_torch_save() has already checked the pickle and every storage's bounds.
-c10::IValue unpickle_mapped(const std::shared_ptr<MappedFile>& map, const std::string& display) {
-  const std::string_view file = map->bytes();
-  std::string problem;
-  auto members = zip_members(file, problem);
-  if (!members) throw InputError(display, "", "not a usable torch.save file: " + problem);
-  std::string root;
-  for (const auto& [name, m] : *members) {
-    if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0 && name.find('/') == name.size() - 9) {
-      root = name.substr(0, name.size() - 8);
-    }
-  }
-  const ZipMember& pkl = members->at(root + "data.pkl");
-  const std::string_view pickle = file.substr(pkl.offset, pkl.size);
-  uint64_t version = 3;  // what torch.save has written since 1.6
-  for (const char* name : {".data/version", "version"}) {
-    auto it = members->find(root + name);
-    if (it == members->end() || !it->second.stored) continue;
-    const std::string text(file.substr(it->second.offset, std::min<uint64_t>(it->second.size, 20)));
-    if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) version = std::stoull(text);
-    break;
-  }
-  std::size_t pos = 0;
-  auto reader = [&](char* buffer, std::size_t len) -> std::size_t {
-    const std::size_t n = std::min(len, pickle.size() - pos);
-    std::memcpy(buffer, pickle.data() + pos, n);
-    pos += n;
-    return n;
-  };
-  auto read_record = [&](const std::string& key) -> at::DataPtr {
-    auto it = members->find(root + "data/" + key);
-    if (it == members->end() || !it->second.stored) {
-      throw InputError(display, "", "its storage " + key + " is missing or compressed (torch.save stores it uncompressed)");
-    }
-    // Each storage holds the mapping alive; the source's own reference may go first.
-    auto* owner = new std::shared_ptr<MappedFile>(map);
-    return at::DataPtr(map->data() + it->second.offset, owner,
-                       [](void* ctx) { delete static_cast<std::shared_ptr<MappedFile>*>(ctx); }, at::kCPU);
-  };
-  torch::jit::Unpickler unpickler(reader, nullptr, nullptr, read_record, c10::nullopt);
-  unpickler.set_version(version);
-  return unpickler.parse_ivalue();
-}
 
 // One field of a torch.save file: a tensor whose first dimension is the sample, or a list
 // of per-sample tensors (variable-length sequences), which the collate_fn puts together.
