@@ -120,6 +120,10 @@ class _Progress:
             sys.stderr.flush()
 
 
+class _NotRagged(ValueError):
+    """Samples that vary in more than their first dimension: no values + offsets layout."""
+
+
 class _Ragged:
     """A variable-length field as values + offsets .npy files (sample i is
     values[offsets[i]:offsets[i+1]]), streamed: the values go to disk as they come, and the
@@ -135,12 +139,11 @@ class _Ragged:
     def add(self, t, i):
         a = np.ascontiguousarray(t.numpy())
         if a.ndim == 0:
-            raise ValueError("export_scan: sample %d of %s is a scalar among variable-length samples" % (i, self.name))
+            raise _NotRagged("sample %d of %s is a scalar among variable-length samples" % (i, self.name))
         if self.dtype is None:
             self.dtype, self.trailing = a.dtype, a.shape[1:]
         elif a.dtype != self.dtype or a.shape[1:] != self.trailing:
-            raise ValueError("export_scan: sample %d of %s is %s %s; variable-length samples must differ only in their first "
-                             "dimension (as pad_sequence needs), and the first was %s (n, %s)"
+            raise _NotRagged("sample %d of %s is %s %s, the first was %s (n, %s)"
                              % (i, self.name, a.dtype, list(a.shape), self.dtype, ", ".join(map(str, self.trailing))))
         self.raw.write(a.tobytes())
         self.offsets.append(self.offsets[-1] + a.shape[0])
@@ -163,7 +166,37 @@ def _write_data(folder, dataset, input_key, target_key):
     """Reads every sample once, streaming each field to disk (any size): samples of one shape
     to a .npy file written row by row through a memory map; variable-length samples (token
     sequences) to values + offsets .npy files. A field that turns out to vary is rewritten
-    from the first sample."""
+    from the first sample. Samples that vary in more than their first dimension (images of
+    different sizes) go to data.pt as lists of per-sample tensors: the scan then reports the
+    batches where default_collate fails, as it fails for you."""
+    try:
+        return _write_npy(folder, dataset, input_key, target_key)
+    except _NotRagged:
+        for name in os.listdir(folder):
+            if name.startswith(("inputs.", "targets.")) and name.endswith((".npy", ".raw")):
+                os.remove(os.path.join(folder, name))
+        return _write_pt(folder, dataset, input_key, target_key)
+
+
+def _write_pt(folder, dataset, input_key, target_key):
+    n = len(dataset)
+    progress = _Progress(n, "reading the dataset again (samples of different shapes)")
+    xs, ys = [], []
+    for i in range(n):
+        x, y = _split(dataset[i], input_key, target_key)
+        xs.append(_tensor(x, "input", i))
+        if y is not None:
+            ys.append(_tensor(y, "target", i))
+        progress(i + 1)
+    data = {"inputs": xs}
+    if ys:
+        # Targets of one shape are stacked; varying ones stay per sample.
+        data["targets"] = torch.stack(ys) if len({tuple(t.shape) for t in ys}) == 1 else ys
+    torch.save(data, os.path.join(folder, "data.pt"))
+    return {"format": "pt", "path": "data.pt"}
+
+
+def _write_npy(folder, dataset, input_key, target_key):
     n = len(dataset)
     if n == 0:
         raise ValueError("export_scan: the dataset is empty")
@@ -204,6 +237,9 @@ def _write_data(folder, dataset, input_key, target_key):
     return data
 
 
+_IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
 def _image_folder(dataset):
     """A torchvision ImageFolder whose transform batchcheck can declare: the `data` config that
     reads the folder itself (format "imagefolder"), else None (the samples are then written
@@ -212,6 +248,11 @@ def _image_folder(dataset):
     torchvision import."""
     names = {c.__name__ for c in type(dataset).__mro__}
     if "DatasetFolder" not in names or getattr(dataset, "target_transform", None) is not None:
+        return None
+    # The folder must be read as ImageFolder reads it: PIL's RGB loader, image extensions.
+    loader = getattr(getattr(dataset, "loader", None), "__name__", "")
+    extensions = tuple(e.lower() for e in (getattr(dataset, "extensions", None) or ()))
+    if loader not in ("default_loader", "pil_loader") or extensions != _IMG_EXTENSIONS:
         return None
     if not isinstance(getattr(dataset, "root", None), (str, os.PathLike)):
         return None

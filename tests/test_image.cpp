@@ -107,6 +107,9 @@ TEST(ImageDecode, BadBytesAreErrorTextsNotCrashes) {
   EXPECT_EQ(pgm.image.rgb, (std::vector<uint8_t>{7, 7, 7, 9, 9, 9}));
   EXPECT_EQ(decode(std::string("P6 2 1 255\n\x01\x02", 13)).error, "image file is truncated");
   EXPECT_EQ(decode("P6 2 1 65535\n").error, "cannot decode this PPM/PGM: batchcheck reads 8-bit files (maxval 255), this one has maxval 65535");
+  // Sides whose product wraps 64 bits are refused, not read as a 0x0 image.
+  EXPECT_EQ(decode("P6 4294967296 4294967296 255\n").error,
+            "Image size exceeds limit of 178956970 pixels, could be decompression bomb DOS attack.");
   EXPECT_EQ(decode("P6 40000 40000 255\n").error,
             "Image size (1600000000 pixels) exceeds limit of 178956970 pixels, could be decompression bomb DOS attack.");
 }

@@ -118,7 +118,7 @@ TEST_F(ImageFolders, ListsTheSamplesAndClassesImageFolderDoes) {
 // does; an older Pillow (Debian's, for the 1.13 build) goes horizontal first, so an image
 // whose height shrinks more than twice as much as its width is compared only with Pillow 13.
 TEST_F(ImageFolders, PixelsMatchPilsAfterResizeAndCenterCropWithinOneLevel) {
-  for (const std::string name : {"crop", "bicubic", "pad-crop"}) {
+  for (const std::string name : {"crop", "bicubic", "pad-crop", "extra"}) {
     SCOPED_TRACE(name);
     const Config cfg = load_config(config_path(name));
     const Json& t = truth(name);
@@ -131,7 +131,8 @@ TEST_F(ImageFolders, PixelsMatchPilsAfterResizeAndCenterCropWithinOneLevel) {
     int worst = 0;
     for (uint64_t i = 0; i < expected.samples(); ++i) {
       const std::string file = t["samples"][i][0];
-      Decoded d = decode_image_file((dir_->path() / "tree-clean" / file).string());
+      const std::string tree = name == "extra" ? "tree-extra" : "tree-clean";
+      Decoded d = decode_image_file((dir_->path() / tree / file).string());
       ASSERT_TRUE(d.ok()) << file << ": " << d.error;
       Image got = apply_transform(d.image, cfg.data.transform);
       const int dy = d.image.height - got.height, dx = d.image.width - got.width;
@@ -179,7 +180,7 @@ TEST_F(ImageFolders, FloatTensorsAreTorchvisions) {
 }
 
 TEST_F(ImageFolders, CleanFolderPassesWithTheDefaultConfig) {
-  for (const std::string name : {"crop", "bicubic", "pad-crop"}) {
+  for (const std::string name : {"crop", "bicubic", "pad-crop", "extra"}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(truth(name)["failures"].empty());
     Scan s = scan(name);
@@ -252,4 +253,17 @@ TEST_F(ImageFolders, ExportedTrainingPipelineFailsWhereTheLoopDoes) {
   EXPECT_EQ(scan_failures(s.report, "sample-unreadable"), loop_failures(t, "load")) << s.report["findings"].dump(1);
   EXPECT_EQ(scan_failures(s.report, "target-out-of-range"), loop_failures(t, "forward")) << s.report["findings"].dump(1);
   EXPECT_EQ(s.report["summary"]["errors"], 2) << s.report["findings"].dump(1);
+}
+
+// A user's own Dataset of images of different sizes: the export helper keeps per-sample
+// tensors (they vary in more than their first dimension), and the scan fails where
+// default_collate does.
+TEST_F(ImageFolders, ExportedImagesOfDifferentSizesFailWhereDefaultCollateDoes) {
+  const Json& t = truth("export-sizes");
+  ASSERT_EQ(loop_failures(t, "collate"), (std::set<uint64_t>{0, 1, 2}));
+  std::ifstream in(config_path("export-sizes"));
+  EXPECT_EQ(Json::parse(in)["data"]["format"], "pt");
+  Scan s = scan("export-sizes");
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(scan_failures(s.report, "collate-error"), loop_failures(t, "collate")) << s.report["findings"].dump(1);
 }

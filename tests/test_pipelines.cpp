@@ -304,6 +304,14 @@ TEST_F(Pipelines, GeneratedAttentionMaskIsTheCollateFnsMask) {
   EXPECT_EQ(run_cli({"scan", dir + "/variant.json", "-q"}, out, err), 2);
   EXPECT_EQ(err.str(), "batchcheck: error: " + dir + "/variant.json: loader.collate.mask.attention_mask: marks \"input_ids\", "
                        "which model.inputs does not list\n");
+  // With the whole record as forward's input, the marked field must be in the data.
+  cfg["model"]["inputs"] = "record";
+  cfg["loader"]["collate"] = Json::parse(R"({"pad": {"inputs": 0}, "mask": {"attention_mask": "input_idz"}})");
+  std::ofstream(dir + "/variant2.json") << cfg.dump();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(run_cli({"scan", dir + "/variant2.json", "-q"}, out2, err2), 2);
+  EXPECT_EQ(err2.str(), "batchcheck: error: " + dir + "/variant2.json: loader.collate.mask: marks \"input_idz\", which is not a "
+                        "field of the data (fields: input_ids); did you mean \"input_ids\"?\n");
 }
 
 TEST_F(Pipelines, ModelInputsThatDoNotFitForwardOrTheDataAreRefusedAtLoad) {

@@ -252,7 +252,10 @@ class MaskedSource : public DataSource {
     const std::vector<std::string>& have = inner_->input_names();
     auto index_of = [&](const std::string& field) {
       const auto it = std::find(have.begin(), have.end(), field);
-      if (it == have.end()) throw InternalError("MaskedSource: no field " + field);
+      if (it == have.end()) {
+        throw InputError(cfg.file, "loader.collate.mask", "marks \"" + field + "\", which is not a field of the data (fields: " +
+                                                              join(have) + ")" + did_you_mean(field, have));
+      }
       return static_cast<int>(it - have.begin());
     };
     std::vector<std::string> order = cfg.model.input_fields;

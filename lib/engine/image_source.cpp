@@ -66,7 +66,11 @@ class ImageFolderSource : public DataSource {
           errors[static_cast<std::size_t>(r)] = d.error;
           continue;
         }
-        images[static_cast<std::size_t>(r)] = apply_transform(d.image, transform_);
+        try {
+          images[static_cast<std::size_t>(r)] = apply_transform(d.image, transform_);
+        } catch (const std::exception& e) {  // a side past 2^24, or no memory for it
+          errors[static_cast<std::size_t>(r)] = std::string("cannot transform it: ") + e.what();
+        }
       }
     });
     std::vector<UnreadableSample> bad;

@@ -24,12 +24,14 @@ MappedFile::MappedFile(const std::string& path, const std::string& display) : di
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw InputError(display, "", "cannot read: " + std::string(std::strerror(errno)));
   void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(f), 0);
-  const int err = errno;
-  fd_ = ::dup(fileno(f));
+  const int map_errno = errno;
+  fd_ = p == MAP_FAILED ? -1 : ::dup(fileno(f));
+  const int dup_errno = errno;
   std::fclose(f);
-  if (p == MAP_FAILED || fd_ < 0) {
-    if (p != MAP_FAILED) ::munmap(p, size_);
-    throw InputError(display, "", "cannot map it into memory: " + std::string(std::strerror(err)));
+  if (p == MAP_FAILED) throw InputError(display, "", "cannot map it into memory: " + std::string(std::strerror(map_errno)));
+  if (fd_ < 0) {
+    ::munmap(p, size_);
+    throw InputError(display, "", "cannot read: " + std::string(std::strerror(dup_errno)));
   }
   data_ = static_cast<char*>(p);
 }

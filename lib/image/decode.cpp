@@ -31,7 +31,11 @@ namespace {
 constexpr uint64_t kMaxPixels = 2ULL * 89478485ULL;
 
 bool too_large(uint64_t w, uint64_t h, Decoded& out) {
-  if (w * h <= kMaxPixels) return false;
+  if (w <= kMaxPixels && h <= kMaxPixels && w * h <= kMaxPixels) return false;  // no 64-bit wrap
+  if (w > kMaxPixels || h > kMaxPixels) {
+    out.error = "Image size exceeds limit of " + std::to_string(kMaxPixels) + " pixels, could be decompression bomb DOS attack.";
+    return true;
+  }
   out.error = "Image size (" + std::to_string(w * h) + " pixels) exceeds limit of " + std::to_string(kMaxPixels) +
               " pixels, could be decompression bomb DOS attack.";
   return true;
@@ -154,6 +158,7 @@ void decode_png(const uint8_t* data, std::size_t size, Decoded* out, std::vector
     return;
   }
   png_set_read_fn(png, &in, png_read_mem);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);  // PIL's only limit is the pixel count
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int depth = png_get_bit_depth(png, info), type = png_get_color_type(png, info);
@@ -177,7 +182,7 @@ void decode_png(const uint8_t* data, std::size_t size, Decoded* out, std::vector
   rows->resize(h);
   for (png_uint_32 y = 0; y < h; ++y) (*rows)[y] = wide->data() + y * rowbytes;
   png_read_image(png, rows->data());
-  png_read_end(png, nullptr);
+  // No png_read_end: PIL stops after the image data, so a file missing its end chunk loads.
   out->image.width = static_cast<int>(w);
   out->image.height = static_cast<int>(h);
   out->image.rgb.resize(static_cast<std::size_t>(w) * h * 3);
@@ -189,10 +194,11 @@ void decode_png(const uint8_t* data, std::size_t size, Decoded* out, std::vector
         uint16_t v;
         std::memcpy(&v, src + 2 * x, 2);
         dst[0] = dst[1] = dst[2] = static_cast<uint8_t>(v > 255 ? 255 : v);
-      } else if (channels == 1) {
-        dst[0] = dst[1] = dst[2] = src[x];
+      } else if (channels <= 2) {
+        dst[0] = dst[1] = dst[2] = src[static_cast<std::size_t>(channels) * x];
       } else {
-        std::memcpy(dst, src + 3 * x, 3);
+        // 4 channels: a palette's transparency became alpha; convert("RGB") drops it.
+        std::memcpy(dst, src + static_cast<std::size_t>(channels) * x, 3);
       }
     }
   }
@@ -283,7 +289,7 @@ bool webp_supported() {
 #endif
 }
 
-Decoded decode_image(const uint8_t* data, std::size_t size) {
+Decoded decode_image(const uint8_t* data, std::size_t size) try {
   Decoded out;
   std::vector<uint8_t> scratch;
   std::vector<png_bytep> rows;
@@ -306,6 +312,10 @@ Decoded decode_image(const uint8_t* data, std::size_t size) {
     out.error = size == 0 ? "cannot identify image file (it is empty)" : "cannot identify image file";
   }
   if (!out.ok()) out.image = Image{};
+  return out;
+} catch (const std::bad_alloc&) {
+  Decoded out;
+  out.error = "not enough memory to decode it";
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace batchcheck {
@@ -125,7 +127,9 @@ std::pair<int, int> resized_size(int height, int width, const ImageSize& size) {
   const bool portrait = width <= height;
   const int64_t shorter = portrait ? width : height, longer = portrait ? height : width;
   // Python: int(requested_new_short * long / short), a float division truncated.
-  const int other = static_cast<int>(static_cast<double>(int64_t{size.height} * longer) / static_cast<double>(shorter));
+  const double exact = static_cast<double>(int64_t{size.height} * longer) / static_cast<double>(shorter);
+  if (!(exact < (1 << 24))) throw std::length_error("resizing it gives a side of " + std::to_string(static_cast<int64_t>(exact)) + " pixels");
+  const int other = static_cast<int>(exact);
   return portrait ? std::pair<int, int>{other, size.height} : std::pair<int, int>{size.height, other};
 }
 

@@ -12,7 +12,8 @@
 namespace batchcheck {
 
 // transforms.Resize(size): an int matches the smaller edge (the other as
-// int(size * long / short)), [h, w] is exact. Returns {height, width}.
+// int(size * long / short)), [h, w] is exact. Returns {height, width}; throws
+// std::length_error for a side past 2^24 (an extreme aspect ratio).
 std::pair<int, int> resized_size(int height, int width, const ImageSize& size);
 
 // PIL's Image.resize((width, height), filter).

@@ -67,6 +67,20 @@ def write_tree(root):
     Image.fromarray(picture(30, 30, 15)).save(p("top-level.jpg"))  # not in a class folder
 
 
+def write_extra_tree(root):
+    """Files PIL reads that are easy to get wrong: a palette PNG with transparency (libpng
+    expands it to RGBA), a PNG missing its end chunk, a grey+alpha PNG."""
+    os.makedirs(os.path.join(root, "a"))
+    pal = Image.fromarray(picture(30, 20, 21)).convert("P", palette=Image.ADAPTIVE, colors=8)
+    pal.save(os.path.join(root, "a", "palette-transparent.png"), transparency=0)
+    whole = io.BytesIO()
+    Image.fromarray(picture(25, 25, 22)).save(whole, "PNG")
+    with open(os.path.join(root, "a", "no-end-chunk.png"), "wb") as f:
+        f.write(whole.getvalue()[:-12])  # IEND is the last 12 bytes
+    grey_alpha = np.dstack([picture(20, 30, 23)[..., 0], picture(20, 30, 24)[..., 1]])
+    Image.fromarray(grey_alpha, "LA").save(os.path.join(root, "a", "grey-alpha.png"))
+
+
 CASES = {
     # name: (tree, transform, transform config)
     "crop": ("tree-clean", transforms.Compose([transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
@@ -78,6 +92,8 @@ CASES = {
     "pad-crop": ("tree-clean", transforms.Compose([transforms.Resize(20), transforms.CenterCrop([25, 31]), transforms.ToTensor()]),
                  {"resize": 20, "center_crop": [25, 31]}),
     "ragged": ("tree-clean", transforms.Compose([transforms.Resize(32), transforms.ToTensor()]), {"resize": 32}),
+    "extra": ("tree-extra", transforms.Compose([transforms.Resize(16), transforms.CenterCrop(16), transforms.ToTensor()]),
+              {"resize": 16, "center_crop": 16}),
     "corrupt": ("tree-corrupt", transforms.Compose([transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
                                                transforms.Normalize(MEAN, STD)]),
                 {"resize": 36, "center_crop": 32, "normalize": {"mean": MEAN, "std": STD}}),
@@ -181,9 +197,38 @@ def few_classes(out):
     return case
 
 
+class Plain(torch.utils.data.Dataset):
+    """A user's own dataset: images of different sizes, not an ImageFolder."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def exported_sizes(out):
+    """Images of different sizes from the user's own Dataset: exported as per-sample tensors
+    (they vary in more than their first dimension), failing where default_collate fails."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    from batchcheck_export import export_scan
+
+    ds = datasets.ImageFolder(os.path.join(out, "tree-clean"), transform=transforms.Compose([transforms.Resize(32), transforms.ToTensor()]))
+    plain = Plain([ds[i] for i in range(len(ds))])
+    loader = DataLoader(plain, batch_size=BATCH)
+    case = {"case": "export-sizes"}
+    case.update(real_loop(SmallCNN(3), loader))
+    export_scan(os.path.join(out, "export-sizes"), SmallCNN(3), loader, loss=torch.nn.CrossEntropyLoss())
+    return case
+
+
 def main(out):
     torch.manual_seed(0)
     write_tree(os.path.join(out, "tree-clean"))
+    write_extra_tree(os.path.join(out, "tree-extra"))
     shutil.copytree(os.path.join(out, "tree-clean"), os.path.join(out, "tree-corrupt"))
     whole = io.BytesIO()
     Image.fromarray(picture(40, 30, 16)).save(whole, "JPEG")
@@ -199,12 +244,12 @@ def main(out):
         ds = datasets.ImageFolder(os.path.join(out, tree), transform=tf)
         case = {"case": name, "classes": ds.classes,
                 "samples": [[os.path.relpath(p, os.path.join(out, tree)), c] for p, c in ds.samples]}
-        if name in ("crop", "bicubic", "pad-crop"):
+        if name in ("crop", "bicubic", "pad-crop", "extra"):
             # PIL's pixels after Resize/CenterCrop, before ToTensor: what bc_image must give.
             pil_only = transforms.Compose([t for t in tf.transforms if not isinstance(t, (transforms.ToTensor, transforms.Normalize))])
             pixels = np.stack([np.asarray(pil_only(ds.loader(p))) for p, _ in ds.samples])
             np.save(os.path.join(out, name + "-pixels.npy"), pixels)
-            if name != "bicubic":
+            if name not in ("bicubic", "extra"):
                 exact_check(out, name, ds, tf_config)
         case.update(real_loop(model, DataLoader(ds, batch_size=BATCH)))
         os.makedirs(os.path.join(out, name))
@@ -216,6 +261,7 @@ def main(out):
             json.dump(config, f, indent=1)
         manifest["cases"].append(case)
     manifest["cases"].append(few_classes(out))
+    manifest["cases"].append(exported_sizes(out))
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 
