@@ -12,12 +12,6 @@ namespace batchcheck {
 
 namespace {
 
-uint64_t le(std::string_view s, std::size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[at + static_cast<std::size_t>(i)]);
-  return v;
-}
-
 using Member = ZipMember;
 
 uint64_t storage_element_size(const std::string& type) {
@@ -78,7 +72,7 @@ class Machine {
 
   bool need(std::size_t n) const { return p_.size() - at_ >= n; }
   uint64_t take(int bytes) {
-    uint64_t v = le(p_, at_, bytes);
+    uint64_t v = read_le(p_, at_, bytes);
     at_ += static_cast<std::size_t>(bytes);
     return v;
   }
@@ -268,7 +262,7 @@ class Machine {
           at_ += n;
           return integer(INT64_MAX);  // beyond int64: no tensor size or offset can be it
         }
-        uint64_t v = n ? le(p_, at_, static_cast<int>(n)) : 0;
+        uint64_t v = n ? read_le(p_, at_, static_cast<int>(n)) : 0;
         if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // sign-extend
         at_ += n;
         return integer(static_cast<int64_t>(v));
@@ -368,17 +362,14 @@ std::string check_torch_save(std::string_view bytes) {
   std::string problem;
   auto members = zip_members(bytes, problem);
   if (!members) return problem;
-  std::string pkl_name;
-  for (const auto& [name, m] : *members) {
-    if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0 && name.find('/') == name.size() - 9) pkl_name = name;
-  }
+  const std::string root = archive_root(*members);
   // Not a torch.save archive (a TorchScript archive has code/ and constants.pkl): classified elsewhere.
-  if (pkl_name.empty() || members->count(pkl_name.substr(0, pkl_name.size() - 8) + "constants.pkl")) return "";
-  const Member& pm = members->at(pkl_name);
+  if (root.empty() || members->count(root + "constants.pkl")) return "";
+  const Member& pm = members->at(root + "data.pkl");
   if (!pm.stored) return "its data.pkl is compressed (torch.save stores members uncompressed)";
   // zip_members checked that a stored member's bytes lie in the file.
   std::string_view pkl = bytes.substr(pm.offset, pm.size);
-  std::string problem_line = Machine(pkl, pkl_name.substr(0, pkl_name.size() - 8), *members).run();
+  std::string problem_line = Machine(pkl, root, *members).run();
   // Names from the file (class names, storage keys) may hold control characters: one line.
   for (char& c : problem_line) {
     if (static_cast<unsigned char>(c) < 0x20) c = '?';

@@ -68,12 +68,7 @@ c10::IValue unpickle_mapped(const std::shared_ptr<MappedFile>& map, const std::s
   std::string problem;
   auto members = zip_members(file, problem);
   if (!members) throw InputError(display, "", "not a usable torch.save file: " + problem);
-  std::string root;
-  for (const auto& [name, m] : *members) {
-    if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0 && name.find('/') == name.size() - 9) {
-      root = name.substr(0, name.size() - 8);
-    }
-  }
+  const std::string root = archive_root(*members);  // check_torch_save found it
   const ZipMember& pkl = members->at(root + "data.pkl");
   const std::string_view pickle = file.substr(pkl.offset, pkl.size);
   uint64_t version = 3;  // what torch.save has written since 1.6
