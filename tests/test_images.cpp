@@ -19,6 +19,7 @@
 #include "image/decode.h"
 #include "image/folder.h"
 #include "image/transform.h"
+#include "oracle_suite.h"
 #include "test_helpers.h"
 
 using namespace batchcheck;
@@ -26,77 +27,12 @@ using Json = nlohmann::json;
 
 namespace {
 
-class ImageFolders : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!test_util::python_torch_available()) return;
-    dir_ = std::make_unique<test_util::TempDir>("images");
-    auto gen = test_util::run_command(test_util::python() + " -W ignore " BATCHCHECK_SOURCE_DIR "/tests/images/make_images.py " +
-                                      dir_->path().string() + " 2>&1");
-    generated_ = gen.status == 0;
-    log_ = gen.output;
-    if (!generated_) return;
-    std::ifstream in(dir_->file("manifest.json"));
-    manifest_ = Json::parse(in);
-  }
-  static void TearDownTestSuite() { dir_.reset(); }
-
-  void SetUp() override {
-    if (!test_util::python_torch_available()) GTEST_SKIP() << test_util::python_missing_line("the image folder tests");
-    ASSERT_TRUE(generated_) << "make_images.py failed:\n" << log_;
-  }
-
-  static const Json& truth(const std::string& name) {
-    for (const auto& c : manifest_["cases"]) {
-      if (c["case"] == name) return c;
-    }
-    static const Json none;
-    ADD_FAILURE() << "no case " << name;
-    return none;
-  }
-  static std::string config_path(const std::string& name) { return (dir_->path() / name / "config.json").string(); }
-
-  struct Scan {
-    int code = -1;
-    std::string err;
-    Json report;
-  };
-  static Scan scan(const std::string& name) {
-    Scan s;
-    const std::string report_path = dir_->file(name + "-report.json");
-    std::ostringstream out, err;
-    s.code = run_cli({"scan", config_path(name), "-o", report_path, "-q"}, out, err);
-    s.err = err.str();
-    std::ifstream in(report_path);
-    if (in) s.report = Json::parse(in);
-    return s;
-  }
-  static std::set<uint64_t> loop_failures(const Json& t, const std::string& stage) {
-    std::set<uint64_t> out;
-    for (const auto& f : t["failures"]) {
-      if (f["stage"] == stage) out.insert(f["batch"].get<uint64_t>());
-    }
-    return out;
-  }
-  static std::set<uint64_t> scan_failures(const Json& report, const std::string& id) {
-    std::set<uint64_t> out;
-    for (const auto& f : report["findings"]) {
-      if (f["id"] != id) continue;
-      for (const auto& o : f["occurrences"]) out.insert(o["batch"].get<uint64_t>());
-    }
-    return out;
-  }
-
-  static std::unique_ptr<test_util::TempDir> dir_;
-  static bool generated_;
-  static std::string log_;
-  static Json manifest_;
+class ImageFolders : public test_util::OracleSuite<ImageFolders> {
+ public:
+  static constexpr const char* kTag = "images";
+  static constexpr const char* kScript = "tests/images/make_images.py";
+  static constexpr const char* kWhat = "the image folder tests";
 };
-
-std::unique_ptr<test_util::TempDir> ImageFolders::dir_;
-bool ImageFolders::generated_ = false;
-std::string ImageFolders::log_;
-Json ImageFolders::manifest_;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "oracle_suite.h"
 #include "test_helpers.h"
 
 using namespace batchcheck;
@@ -20,80 +21,12 @@ using Json = nlohmann::json;
 
 namespace {
 
-class Pipelines : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!test_util::python_torch_available()) return;
-    dir_ = std::make_unique<test_util::TempDir>("pipelines");
-    auto gen = test_util::run_command(test_util::python() + " " BATCHCHECK_SOURCE_DIR "/tests/pipelines/make_pipelines.py " +
-                                      dir_->path().string() + " 2>&1");
-    generated_ = gen.status == 0;
-    log_ = gen.output;
-    if (!generated_) return;
-    std::ifstream in(dir_->file("manifest.json"));
-    manifest_ = Json::parse(in);
-  }
-  static void TearDownTestSuite() { dir_.reset(); }
-
-  void SetUp() override {
-    if (!test_util::python_torch_available()) GTEST_SKIP() << test_util::python_missing_line("the pipeline tests");
-    ASSERT_TRUE(generated_) << "make_pipelines.py failed:\n" << log_;
-  }
-
-  static const Json& truth(const std::string& name) {
-    for (const auto& c : manifest_["cases"]) {
-      if (c["case"] == name) return c;
-    }
-    static const Json none;
-    ADD_FAILURE() << "no case " << name;
-    return none;
-  }
-
-  struct Scan {
-    int code = -1;
-    std::string err;
-    Json report;
-  };
-  static Scan scan(const std::string& name, const std::vector<std::string>& extra = {}) {
-    Scan s;
-    const std::string report_path = dir_->file(name + "-report.json");
-    std::vector<std::string> args{"scan", (dir_->path() / name / "config.json").string(), "-o", report_path, "-q"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::ostringstream out, err;
-    s.code = run_cli(args, out, err);
-    s.err = err.str();
-    std::ifstream in(report_path);
-    if (in) s.report = Json::parse(in);
-    return s;
-  }
-
-  // Every batch of the loop that raised, and every batch the scan reports an error for.
-  static std::set<uint64_t> loop_failures(const Json& t, const std::string& stage) {
-    std::set<uint64_t> out;
-    for (const auto& f : t["failures"]) {
-      if (f["stage"] == stage) out.insert(f["batch"].get<uint64_t>());
-    }
-    return out;
-  }
-  static std::set<uint64_t> scan_failures(const Json& report, const std::string& id) {
-    std::set<uint64_t> out;
-    for (const auto& f : report["findings"]) {
-      if (f["id"] != id) continue;
-      for (const auto& o : f["occurrences"]) out.insert(o["batch"].get<uint64_t>());
-    }
-    return out;
-  }
-
-  static std::unique_ptr<test_util::TempDir> dir_;
-  static bool generated_;
-  static std::string log_;
-  static Json manifest_;
+class Pipelines : public test_util::OracleSuite<Pipelines> {
+ public:
+  static constexpr const char* kTag = "pipelines";
+  static constexpr const char* kScript = "tests/pipelines/make_pipelines.py";
+  static constexpr const char* kWhat = "the pipeline tests";
 };
-
-std::unique_ptr<test_util::TempDir> Pipelines::dir_;
-bool Pipelines::generated_ = false;
-std::string Pipelines::log_;
-Json Pipelines::manifest_;
 
 }  // namespace
 
