@@ -375,12 +375,17 @@ def _script_or_trace(model, example, mode):
 
 
 def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train", pad=None, pad_to_multiple_of=1,
-                input_key="inputs", target_key="targets", **loader_kwargs):
+                input_key="inputs", target_key="targets", output=None, aux=None, **loader_kwargs):
     """Writes model.pt, the data, order.json (when needed) and config.json into `folder`;
     returns the config's path and prints the batchcheck command.
 
     loader: your DataLoader; or pass dataset= and the DataLoader's keyword arguments
-    (batch_size=..., shuffle=..., sampler=..., drop_last=...) instead."""
+    (batch_size=..., shuffle=..., sampler=..., drop_last=...) instead.
+    output: the key (dict) or index (tuple) of the prediction when forward returns several
+    outputs; aux: the extra outputs your loss adds, with their weights ({"aux": 0.5} for
+    loss(out["out"]) + 0.5 * loss(out["aux"]))."""
+    if aux and output is None:
+        raise ValueError("export_scan: aux needs output=, the key or index of the prediction itself")
     if loader is None:
         if dataset is None:
             raise TypeError("export_scan: pass your DataLoader, or dataset= and its DataLoader arguments")
@@ -439,6 +444,10 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
         if pad_to_multiple_of > 1:
             loader_cfg["collate"]["pad_to_multiple_of"] = pad_to_multiple_of
     config = {"model": {"path": "model.pt", "mode": mode}, "data": data, "loader": loader_cfg, "loss": loss_config(loss)}
+    if output is not None:
+        config["model"]["output"] = output
+    if aux:
+        config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
     path = os.path.join(folder, "config.json")
     with open(path, "w") as f:
         json.dump(config, f, indent=2)

@@ -411,3 +411,26 @@ TEST(Config, LossTargetNamesTheTargetField) {
                    "loader": {"batch_size": 8}, "loss": {"type": "mse", "target": "lable"}})"),
             R"(batchcheck: error: cfg.json: loss.target: no field "lable" in data.inputs (fields: ids, label); did you mean "label"?)");
 }
+
+TEST(Config, LossAuxListsExtraOutputsWithTheirWeights) {
+  auto model = [](const std::string& output) { return R"({"path": "m.pt", "output": )" + output + "}"; };
+  auto text = [&](const std::string& output, const std::string& aux) {
+    std::string t = with("model", model(output));
+    return t.substr(0, t.size() - 1) + R"(, "loss": {"type": "cross_entropy", "aux": )" + aux + "}}";
+  };
+  Config cfg = parse_config("cfg.json", text(R"("out")", R"({"aux": 0.5, "aux2": 0})"), "/base");
+  EXPECT_EQ(cfg.loss.aux, (std::vector<std::pair<std::string, double>>{{"aux", 0.5}, {"aux2", 0.0}}));
+  EXPECT_EQ(parse_config("cfg.json", text("0", R"({"1": 0.4})"), "/base").loss.aux.front().first, "1");
+
+  EXPECT_EQ(error_of(text(R"("out")", R"({"aux": -1})")),
+            R"(batchcheck: error: cfg.json: loss.aux.aux: expected the output's weight in the loss, a non-negative number, got -1)");
+  EXPECT_EQ(error_of(text(R"("out")", R"(["aux"])")),
+            R"(batchcheck: error: cfg.json: loss.aux: expected an object of extra outputs and their weights, e.g. {"aux": 0.5} (a dict key, or a tuple index as "1"), got an array)");
+  EXPECT_EQ(error_of(text(R"("out")", R"({"out": 1})")),
+            R"(batchcheck: error: cfg.json: loss.aux.out: is model.output, the prediction itself; list only the extra outputs)");
+  EXPECT_EQ(error_of(text("0", R"({"aux": 1})")),
+            R"(batchcheck: error: cfg.json: loss.aux.aux: model.output is an index, so the model returns a tuple or list: name each extra output by its index ("1"))");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"}, "loader": {"batch_size": 8},
+                        "loss": {"type": "cross_entropy", "aux": {"aux": 1}}})"),
+            R"(batchcheck: error: cfg.json: loss.aux: needs model.output: the model returns several outputs, and model.output names the prediction among them)");
+}

@@ -336,3 +336,45 @@ TEST_F(Pipelines, OperatorLibrariesLoadBeforeTheModel) {
   EXPECT_EQ(s.code, 0) << s.err << s.report["findings"].dump(1);
   EXPECT_EQ(s.report["batches"]["checked"], 4);
 }
+
+TEST_F(Pipelines, ExtraOutputsAreCheckedAndJoinTheLoss) {
+  // torchvision's segmentation recipe: loss(out) + 0.5 * loss(aux). Only the aux head goes
+  // non-finite, at the batch holding sample 21.
+  const Json& t = truth("aux-heads");
+  ASSERT_EQ(loop_failures(t, "loss"), (std::set<uint64_t>{2})) << t.dump(1);
+  Scan s = scan("aux-heads");
+  EXPECT_EQ(s.code, 1) << s.err;
+  ASSERT_EQ(s.report["findings"].size(), 1u) << s.report["findings"].dump(1);
+  const Json& f = s.report["findings"][0];
+  EXPECT_EQ(f["id"], "output-nonfinite");
+  EXPECT_EQ(scan_failures(s.report, "output-nonfinite"), loop_failures(t, "loss"));
+  EXPECT_EQ(f["samples"], Json::parse("[21]"));
+  EXPECT_EQ(f["evidence"]["output"], "aux");
+  EXPECT_EQ(f["message"].get<std::string>().rfind("output \"aux\": predictions hold ", 0), 0u) << f["message"];
+
+  // The export helper, told the prediction and the extra output: the same scan.
+  Scan exported = scan("export-aux-heads");
+  EXPECT_EQ(exported.code, 1) << exported.err;
+  EXPECT_EQ(exported.report["findings"], s.report["findings"]);
+
+  // The same heads returned as a tuple, selected by index ("aux": {"1": 0.5}).
+  const std::string dir = (dir_->path() / "aux-heads").string();
+  std::ostringstream tout, terr;
+  const std::string tuple_report = dir_->file("aux-tuple-report.json");
+  EXPECT_EQ(run_cli({"scan", dir + "/tuple.json", "-q", "-o", tuple_report}, tout, terr), 1) << terr.str();
+  std::ifstream tr(tuple_report);
+  const Json by_index = Json::parse(tr);
+  ASSERT_EQ(by_index["findings"].size(), 1u);
+  EXPECT_EQ(by_index["findings"][0]["evidence"]["output"], "1");
+  EXPECT_EQ(by_index["findings"][0]["samples"], f["samples"]);
+
+  // Without loss.aux the prediction alone is clean: the gate would have passed this setup.
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"scan", dir + "/no-aux.json", "-q"}, out, err), 0) << err.str();
+
+  // An output the model does not return: exit 2 at load, with the keys it does return.
+  std::ostringstream out2, err2;
+  EXPECT_EQ(run_cli({"scan", dir + "/typo.json", "-q"}, out2, err2), 2);
+  EXPECT_EQ(err2.str(), "batchcheck: error: " + dir + "/typo.json: loss.aux.axu: the model's output has no key \"axu\" "
+                        "(keys: out, aux); did you mean \"aux\"?\n");
+}

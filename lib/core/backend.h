@@ -114,6 +114,9 @@ class BatchView {
   virtual ~BatchView() = default;
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;  // Output or Target
   virtual LossResult loss(const LossConfig& loss) = 0;
+  // loss.aux's extra outputs, by position in loss.aux.
+  virtual ValueStats check_aux(std::size_t /*k*/, const ValueRule& /*rule*/) { return {}; }
+  virtual LossResult aux_loss(std::size_t /*k*/, const LossConfig& /*loss*/) { return {}; }
 };
 
 class Backend {
@@ -138,6 +141,12 @@ class Backend {
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;
   virtual ForwardResult forward() = 0;
   virtual LossResult loss(const LossConfig& loss) = 0;
+  // loss.aux's extra outputs of the current batch (after a successful forward), by position
+  // in loss.aux. aux_loss() compares one with the target by the same loss; with backward on,
+  // its weighted loss joins the one backward() propagates, as the training loss sums them.
+  virtual TensorMeta aux_meta(std::size_t /*k*/) const { return {}; }
+  virtual ValueStats check_aux(std::size_t /*k*/, const ValueRule& /*rule*/) { return {}; }
+  virtual LossResult aux_loss(std::size_t /*k*/, const LossConfig& /*loss*/) { return {}; }
   // Back-propagates the loss of the last successful loss() call and clears the gradients
   // afterwards (no optimizer step: the parameters never change). Only called when the
   // backend was built with backward on.

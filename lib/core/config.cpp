@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/errors.h"
@@ -203,7 +204,7 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
 
 
 void parse_loss(const JsonObject& l, LossConfig& out) {
-  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta"});
+  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta", "aux"});
   if (auto target = l.string("target")) {
     if (target->empty()) l.fail("target", "expected a field name");
     out.target = *target;
@@ -231,6 +232,39 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
   if (auto b = l.number("beta")) {
     if (*b < 0) l.fail("beta", "expected a non-negative number, got " + format_number(*b));
     out.beta = *b;
+  }
+  if (const json* aux = l.find("aux")) {
+    if (!aux->is_object() || aux->empty()) {
+      l.fail("aux", "expected an object of extra outputs and their weights, e.g. {\"aux\": 0.5} (a dict key, or a "
+                    "tuple index as \"1\"), got " + describe_json(*aux));
+    }
+    for (const auto& item : aux->items()) {
+      const json& w = item.value();
+      if (item.key().empty()) l.fail("aux", "an empty output key");
+      if (!w.is_number() || !std::isfinite(w.get<double>()) || w.get<double>() < 0) {
+        l.fail("aux." + item.key(), "expected the output's weight in the loss, a non-negative number, got " + describe_json(w));
+      }
+      out.aux.emplace_back(item.key(), w.get<double>());
+    }
+    if (out.type == LossType::None) l.fail("aux", "needs a loss \"type\": each extra output is compared with the target by that loss");
+  }
+}
+
+// loss.aux selects outputs the way model.output selects the prediction.
+void check_aux_outputs(const JsonObject& top, const Config& cfg) {
+  if (cfg.loss.aux.empty()) return;
+  const JsonObject loss = top.object("loss");
+  const auto& out = cfg.model.output;
+  if (!out) {
+    loss.fail("aux", "needs model.output: the model returns several outputs, and model.output names the prediction among them");
+  }
+  for (const auto& [key, weight] : cfg.loss.aux) {
+    if (std::holds_alternative<int64_t>(*out) && !parse_u64(key[0] == '-' ? key.substr(1) : key)) {
+      loss.fail("aux." + key, "model.output is an index, so the model returns a tuple or list: name each extra output by its index (\"1\")");
+    }
+    const bool same = std::holds_alternative<std::string>(*out) ? std::get<std::string>(*out) == key
+                                                                : std::to_string(std::get<int64_t>(*out)) == key;
+    if (same) loss.fail("aux." + key, "is model.output, the prediction itself; list only the extra outputs");
   }
 }
 
@@ -331,6 +365,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
   }
   cfg.sync = top.boolean("sync").value_or(true);
   apply_loss_target(top, cfg);
+  check_aux_outputs(top, cfg);
   check_fields(top, cfg);
   return cfg;
 }

@@ -155,6 +155,10 @@ struct LossConfig {
   std::vector<double> pos_weight;  // bce_with_logits; one value broadcasts
   double label_smoothing = 0.0;    // cross_entropy
   double beta = 1.0;               // smooth_l1
+  // loss.aux: extra outputs (aux heads) the training loss adds, each compared with the same
+  // target by the same loss: (key or index as written, weight), in the config's order.
+  // torchvision's segmentation recipe: {"aux": 0.5} for loss(out) + 0.5 * loss(aux).
+  std::vector<std::pair<std::string, double>> aux;
 };
 
 constexpr std::size_t kMaxProbeSizes = 64;

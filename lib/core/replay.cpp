@@ -33,6 +33,8 @@ class CurrentBatch : public BatchView {
   explicit CurrentBatch(Backend& b) : backend_(b) {}
   ValueStats check(Slot slot, const ValueRule& rule) override { return backend_.check(slot, rule); }
   LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
+  ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return backend_.check_aux(k, rule); }
+  LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return backend_.aux_loss(k, loss); }
 
  private:
   Backend& backend_;
@@ -49,6 +51,32 @@ class InputField : public BatchView {
   Backend& backend_;
   std::size_t field_;
 };
+
+// One of loss.aux's extra outputs as a prediction, for its value checks and loss.
+class AuxOutput : public BatchView {
+ public:
+  AuxOutput(BatchView& v, std::size_t k) : view_(v), k_(k) {}
+  ValueStats check(Slot, const ValueRule& rule) override { return view_.check_aux(k_, rule); }
+  LossResult loss(const LossConfig& loss) override { return view_.aux_loss(k_, loss); }
+
+ private:
+  BatchView& view_;
+  std::size_t k_;
+};
+
+// An extra output's contract, decided on the main thread like the prediction's.
+struct AuxPlan {
+  TensorMeta meta;
+  ContractPlan plan;
+};
+
+// Findings of an extra output carry its name: the ids are the prediction's.
+void name_output(std::vector<Emitted>& emitted, const std::string& key) {
+  for (auto& e : emitted) {
+    e.message = "output \"" + key + "\": " + e.message;
+    e.evidence["output"] = key;
+  }
+}
 
 // A batch whose post-forward stage runs on the worker.
 struct PendingPost {
@@ -76,8 +104,9 @@ class Replayer {
   void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
                     std::vector<Emitted>& out, const ValueStats* stats = nullptr, bool rows_are_samples = true) const;
   // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
-  std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
-                                  const TensorMeta& target, BatchView& view, bool prior_error) const;
+  std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
+                                  const TensorMeta& output, const TensorMeta& target, BatchView& view,
+                                  bool prior_error) const;
   void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
   void collect_pending();
   void forward_failed(const BatchContext& ctx, const ForwardResult& fwd);
@@ -221,13 +250,26 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence,
            all_rows(ctx.size()), ctx.size());
   }
+  std::vector<AuxPlan> aux;
+  for (std::size_t k = 0; k < cfg_.loss.aux.size(); ++k) {
+    AuxPlan a{backend_.aux_meta(k), {}};
+    a.plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size(), a.meta, target);
+    std::vector<Emitted> issues;
+    for (const auto& issue : a.plan.issues) {
+      if (issue.id == "target-dtype") continue;  // the target's own: found with the prediction
+      issues.push_back({issue.id, "output", issue.message, issue.evidence, all_rows(ctx.size()), ctx.size(), ""});
+    }
+    name_output(issues, cfg_.loss.aux[k].first);
+    apply(ctx, issues);
+    aux.push_back(std::move(a));
+  }
   const bool prior_error = batch_has_error_;
   const uint64_t elements = output.numel() + target.numel();
   // Overlapping costs a thread hand-off (microseconds): only for large batches.
   std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
   if (!view) {
     CurrentBatch current(backend_);
-    apply(ctx, post_stage(ctx, plan, output, target, current, prior_error));
+    apply(ctx, post_stage(ctx, plan, aux, output, target, current, prior_error));
     // The loss was computed and is finite exactly when nothing was found in this batch.
     if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
     sink_.end(step_end(ctx, true));
@@ -240,11 +282,13 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   pending_->ctx.indices = &pending_->indices;
   pending_->end = step_end(ctx, true);
   const BatchContext* job_ctx = &pending_->ctx;
-  pending_->result = worker_->submit([this, job_ctx, plan, output, target, view, prior_error] {
-    return post_stage(*job_ctx, plan, output, target, *view, prior_error);
+  pending_->result = worker_->submit([this, job_ctx, plan, aux, output, target, view, prior_error] {
+    return post_stage(*job_ctx, plan, aux, output, target, *view, prior_error);
   });
 }
-std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan, const TensorMeta& output,
+
+std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan,
+                                         const std::vector<AuxPlan>& aux, const TensorMeta& output,
                                          const TensorMeta& target, BatchView& view, bool prior_error) const {
   std::vector<Emitted> out;
   if (plan.output_rule) {
@@ -255,11 +299,33 @@ std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const Contrac
     target_stats = view.check(Slot::Target, *plan.target_rule);
     check_values(ctx, Slot::Target, *plan.target_rule, target, view, out, &*target_stats);
   }
-  if (!plan.can_compute_loss || prior_error || !out.empty()) return out;
+  bool can_compute_loss = plan.can_compute_loss;
+  for (std::size_t k = 0; k < aux.size(); ++k) {
+    can_compute_loss = can_compute_loss && aux[k].plan.can_compute_loss;
+    if (!aux[k].plan.output_rule) continue;
+    AuxOutput one(view, k);
+    std::vector<Emitted> found;
+    check_values(ctx, Slot::Output, *aux[k].plan.output_rule, aux[k].meta, one, found, nullptr,
+                 aux[k].plan.output_rows_are_samples);
+    name_output(found, cfg_.loss.aux[k].first);
+    for (auto& e : found) out.push_back(std::move(e));
+  }
+  if (!can_compute_loss || prior_error || !out.empty()) return out;
 
-  const LossResult loss = view.loss(cfg_.loss);
-  if (auto e = loss_finding(loss, cfg_.loss, ctx.size(), plan.class_targets && target_stats ? &*target_stats : nullptr)) {
+  const ValueStats* class_stats = plan.class_targets && target_stats ? &*target_stats : nullptr;
+  if (auto e = loss_finding(view.loss(cfg_.loss), cfg_.loss, ctx.size(), class_stats)) {
     out.push_back(std::move(*e));
+    return out;
+  }
+  // The training loss sums them: a non-finite extra loss makes it non-finite.
+  for (std::size_t k = 0; k < aux.size(); ++k) {
+    AuxOutput one(view, k);
+    if (auto e = loss_finding(one.loss(cfg_.loss), cfg_.loss, ctx.size(), class_stats)) {
+      std::vector<Emitted> found{std::move(*e)};
+      name_output(found, cfg_.loss.aux[k].first);
+      out.push_back(std::move(found.front()));
+      return out;
+    }
   }
   return out;
 }

@@ -24,6 +24,7 @@
 #include "engine/compat.h"
 #include "engine/data_source.h"
 #include "engine/model_runner.h"
+#include "engine/outputs.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
@@ -105,17 +106,20 @@ LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConf
 // thread runs the next forward.
 class TorchBatchView : public BatchView {
  public:
-  TorchBatchView(at::Tensor output, at::Tensor target, c10::Device device, bool sync)
-      : output_(std::move(output)), target_(std::move(target)), device_(device), sync_(sync) {}
+  TorchBatchView(at::Tensor output, std::vector<at::Tensor> aux, at::Tensor target, c10::Device device, bool sync)
+      : output_(std::move(output)), target_(std::move(target)), aux_(std::move(aux)), device_(device), sync_(sync) {}
   ValueStats check(Slot slot, const ValueRule& rule) override {
     at::Tensor& cached = slot == Slot::Output ? output_host_ : target_host_;
     if (!cached.defined()) cached = for_kernel((slot == Slot::Output ? output_ : target_).detach());
     return check_tensor(cached, rule);
   }
   LossResult loss(const LossConfig& loss) override { return run_loss(output_, target_, loss, device_, sync_); }
+  ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return check_tensor(for_kernel(aux_.at(k).detach()), rule); }
+  LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return run_loss(aux_.at(k), target_, loss, device_, sync_); }
 
  private:
   at::Tensor output_, target_, output_host_, target_host_;
+  std::vector<at::Tensor> aux_;
   c10::Device device_;
   bool sync_;
 };
@@ -181,6 +185,7 @@ class TorchBackend : public Backend {
     target_ = std::move(s.target);
     input_stats_ = std::move(s.input_stats);
     output_ = at::Tensor();
+    aux_.clear();
     loss_ = at::Tensor();
     checked_.clear();
     return std::move(s.failure);
@@ -215,9 +220,9 @@ class TorchBackend : public Backend {
     try {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      c10::IValue out = model_->forward(inputs_);
-      output_ = select_output(out);
-      require_dense(output_);
+      SelectedOutputs out = select_outputs(model_->forward(inputs_), cfg_);
+      output_ = std::move(out.prediction);
+      aux_ = std::move(out.aux);
       synchronize();
       r.ok = true;
     } catch (const InputError&) {
@@ -235,7 +240,20 @@ class TorchBackend : public Backend {
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
     if (opt_.backward) return nullptr;
-    return std::make_shared<TorchBatchView>(output_, target_, device_, opt_.sync);
+    return std::make_shared<TorchBatchView>(output_, aux_, target_, device_, opt_.sync);
+  }
+
+  TensorMeta aux_meta(std::size_t k) const override { return k < aux_.size() ? meta_of(aux_[k]) : TensorMeta{}; }
+  ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return check_tensor(for_kernel(aux_.at(k).detach()), rule); }
+  LossResult aux_loss(std::size_t k, const LossConfig& loss) override {
+    at::Tensor l;
+    LossResult r = run_loss(aux_.at(k), target_, loss, device_, opt_.sync, opt_.backward ? &l : nullptr);
+    if (l.defined() && loss_.defined() && r.ok && r.nonfinite == 0) {
+      // loss(out) + w * loss(aux), as the training loop sums them; reduction="none" sums first.
+      auto scalar = [](const at::Tensor& t) { return t.numel() == 1 ? t.reshape({}) : t.sum(); };
+      loss_ = scalar(loss_) + cfg_.loss.aux.at(k).second * scalar(l);
+    }
+    return r;
   }
 
   BackwardResult backward() override {
@@ -258,6 +276,7 @@ class TorchBackend : public Backend {
       fill_error(r, e);
     }
     output_ = output_.detach();  // frees the graph; the shape stays for the report
+    for (auto& a : aux_) a = a.detach();
     clear_gradients();
     return r;
   }
@@ -331,77 +350,6 @@ class TorchBackend : public Backend {
     }
   }
 
-  at::Tensor select_output(const c10::IValue& out) const {
-    const std::string where = "model.output";
-    const auto& sel = cfg_.model.output;
-    if (!sel) {
-      if (out.isTensor()) return out.toTensor();
-      throw InputError(cfg_.file, where,
-                       "the model returns " + describe(out) + ", not a tensor; set \"output\" to the index or key of the prediction");
-    }
-    c10::IValue picked;
-    if (std::holds_alternative<int64_t>(*sel)) {
-      int64_t idx = std::get<int64_t>(*sel);
-      std::vector<c10::IValue> items;
-      if (out.isTuple()) {
-        for (const auto& e : out.toTupleRef().elements()) items.push_back(e);
-      } else if (out.isList()) {
-        for (const auto& e : out.toListRef()) items.push_back(e);
-      } else {
-        throw InputError(cfg_.file, where, "is an index, but the model returns " + describe(out) + ", not a tuple or list");
-      }
-      const auto n = static_cast<int64_t>(items.size());
-      if (idx < -n || idx >= n) {
-        throw InputError(cfg_.file, where, "index " + std::to_string(idx) + " is out of range: the model returns " + std::to_string(n) + " elements");
-      }
-      picked = items[static_cast<std::size_t>(idx < 0 ? idx + n : idx)];
-    } else {
-      const std::string& key = std::get<std::string>(*sel);
-      if (!out.isGenericDict()) {
-        throw InputError(cfg_.file, where, "is a key, but the model returns " + describe(out) + ", not a dict");
-      }
-      std::vector<std::string> keys;
-      bool found = false;
-      for (const auto& item : out.toGenericDict()) {
-        std::string k = item.key().isString() ? item.key().toStringRef() : "?";
-        keys.push_back(k);
-        if (k == key) {
-          picked = item.value();
-          found = true;
-        }
-      }
-      if (!found) {
-        throw InputError(cfg_.file, where, "the model's output has no key \"" + key + "\" (keys: " + join(keys) + ")" + did_you_mean(key, keys));
-      }
-    }
-    if (!picked.isTensor()) throw InputError(cfg_.file, where, "selects " + describe(picked) + ", not a tensor");
-    return picked.toTensor();
-  }
-
-  // Losses and the value checks read a dense, strided tensor of real numbers with data.
-  void require_dense(const at::Tensor& t) const {
-    std::string what, fix;
-    if (t.is_meta()) {
-      what = "a meta tensor (shape only, no data)";
-      fix = "compute the prediction on a real device";
-    } else if (t.is_quantized()) {
-      what = "a quantized tensor (" + dtype_name(t.scalar_type()) + ")";
-      fix = "return out.dequantize()";
-    } else if (t.layout() == at::kMkldnn) {
-      what = "an mkldnn tensor";
-      fix = "return out.to_dense()";
-    } else if (t.layout() != at::kStrided) {
-      what = "a sparse tensor";
-      fix = "return out.to_dense()";
-    } else if (t.is_complex()) {
-      what = "a complex tensor (" + dtype_name(t.scalar_type()) + ")";
-      fix = "return a real prediction (e.g. out.abs() or torch.view_as_real(out))";
-    } else {
-      return;
-    }
-    throw InputError(cfg_.model.path, "output", "the model returns " + what + "; the losses batchcheck checks need a dense tensor of real numbers: " + fix);
-  }
-
   // A batch read ahead: its tensors, and the finiteness check of its inputs.
   struct Staged {
     std::vector<int64_t> indices;
@@ -472,6 +420,7 @@ class TorchBackend : public Backend {
   std::unique_ptr<ModelRunner> model_;
   std::vector<at::Tensor> inputs_;  // the input fields, in forward's order
   at::Tensor target_, output_, loss_, none_;
+  std::vector<at::Tensor> aux_;  // loss.aux's outputs
   std::vector<std::optional<ValueStats>> input_stats_;  // per input field, when floating
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.

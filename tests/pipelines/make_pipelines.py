@@ -9,7 +9,7 @@ training loop does on the same data: which batches raise, and what.
 import json
 import os
 import sys
-from typing import Dict
+from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -365,6 +365,63 @@ def main():
         json.dump({"model": {"path": "model.pt", "inputs": ["a", "b"]},
                    "data": {"inputs": {"a": "a.npy", "b": "b.npy"}, "targets": "y.npy"},
                    "loader": {"batch_size": BATCH}, "loss": {"type": "cross_entropy"}}, f, indent=1)
+
+    # Extra outputs (aux heads), as torchvision's segmentation models return them: a dict
+    # {"out", "aux"} and a training loss out + 0.5 * aux. Sample 21 is finite to the main head
+    # but overflows the aux head's cube: the loop's loss is NaN at batch 2 only.
+    class AuxHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.head = torch.nn.Conv2d(4, CLASSES, 1)
+            self.aux = torch.nn.Conv2d(3, CLASSES, 1)
+
+        def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+            return {"out": self.head(torch.relu(self.body(x))), "aux": self.aux(x * x * x)}
+    d = os.path.join(out, "aux-heads")
+    os.makedirs(d, exist_ok=True)
+    aux_model = AuxHeads()
+    g = torch.Generator().manual_seed(8)
+    ax = torch.randn(40, 3, 6, 6, generator=g)
+    ax[21, 1, 2, 2] = 1e15
+    ay = torch.randint(0, CLASSES, (40, 6, 6), generator=g)
+    torch.jit.script(aux_model).save(os.path.join(d, "model.pt"))
+    torch.save({"inputs": ax, "targets": ay}, os.path.join(d, "data.pt"))
+    base = {"model": {"path": "model.pt", "output": "out"}, "data": {"path": "data.pt"},
+            "loader": {"batch_size": BATCH}}
+    for name, loss in (("config.json", {"type": "cross_entropy", "aux": {"aux": 0.5}}),
+                       ("no-aux.json", {"type": "cross_entropy"}),
+                       ("typo.json", {"type": "cross_entropy", "aux": {"axu": 0.5}})):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump({**base, "loss": loss}, f, indent=1)
+    failures = []
+    aux_model.train()
+    for b, (x, y) in enumerate(DataLoader(Samples(ax, ay), batch_size=BATCH)):
+        o = aux_model(x)
+        loss = F.cross_entropy(o["out"], y) + 0.5 * F.cross_entropy(o["aux"], y)
+        if not torch.isfinite(loss):
+            failures.append({"batch": b, "stage": "loss", "error": "loss is not finite"})
+            continue
+        loss.backward()
+        if any(p.grad is not None and not torch.isfinite(p.grad).all() for p in aux_model.parameters()):
+            failures.append({"batch": b, "stage": "backward", "error": "gradient is not finite"})
+        aux_model.zero_grad()
+    cases.append({"case": "aux-heads", "batches": b + 1, "failures": failures})
+    # The same heads as a tuple (Inception's (logits, aux_logits)): indices select them.
+    class AuxTuple(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+            o = self.inner(x)
+            return o["out"], o["aux"]
+    torch.jit.script(AuxTuple(aux_model)).save(os.path.join(d, "tuple.pt"))
+    with open(os.path.join(d, "tuple.json"), "w") as f:
+        json.dump({**base, "model": {"path": "tuple.pt", "output": 0},
+                   "loss": {"type": "cross_entropy", "aux": {"1": 0.5}}}, f, indent=1)
+    export_scan(os.path.join(out, "export-aux-heads"), aux_model, DataLoader(Samples(ax, ay), batch_size=BATCH),
+                loss=torch.nn.CrossEntropyLoss(), output="out", aux={"aux": 0.5})
 
     # An operator library: a model calling torchvision.ops.nms loads only with torchvision's
     # ops library in model.libraries.

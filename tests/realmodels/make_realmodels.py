@@ -60,7 +60,13 @@ def arch_builders():
         "convnext_tiny": lambda: tvm.convnext_tiny(num_classes=c),
         "googlenet": lambda: tvm.googlenet(num_classes=c, aux_logits=False, init_weights=True),
         "lraspp": lambda: tvseg.lraspp_mobilenet_v3_large(num_classes=c, weights_backbone=None),
+        # An aux head, trained as torchvision's reference recipe does: loss(out) + 0.5 * loss(aux).
+        "deeplabv3_aux": lambda: tvseg.deeplabv3_mobilenet_v3_large(num_classes=c, weights_backbone=None, aux_loss=True),
     }
+
+
+# Extra outputs each architecture's training loss adds, with their weights (loss.aux).
+AUX = {"deeplabv3_aux": {"aux": 0.5}}
 
 
 class InplaceAfterSigmoid(nn.Module):
@@ -83,7 +89,14 @@ def pick(out, output_key):
     return out[output_key]
 
 
-def oracle(make_model, x, y, batch_size, world_size, output_key):
+def training_loss(out, y, output_key, aux):
+    loss = F.cross_entropy(pick(out, output_key), y)
+    for key, weight in aux.items():
+        loss = loss + weight * F.cross_entropy(out[key], y)
+    return loss
+
+
+def oracle(make_model, x, y, batch_size, world_size, output_key, aux):
     """The real loop, per rank: the first failing batch of each rank (or None)."""
     ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     result = []
@@ -100,8 +113,7 @@ def oracle(make_model, x, y, batch_size, world_size, output_key):
         for b, (xb, yb) in enumerate(loader):
             failed = None
             try:
-                out = pick(model(xb), output_key)
-                loss = F.cross_entropy(out, yb)
+                loss = training_loss(model(xb), yb, output_key, aux)
                 if not torch.isfinite(loss):
                     failed = "loss"
                 else:
@@ -123,7 +135,8 @@ def oracle(make_model, x, y, batch_size, world_size, output_key):
     return result
 
 
-def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, meta, eager=None):
+def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, meta, eager=None, aux=None):
+    aux = aux or {}
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     module.save(os.path.join(d, "model.pt"))
@@ -134,16 +147,18 @@ def save_case(out_dir, name, module, x, y, batch_size, world_size, output_key, m
         loader.update({"world_size": world_size, "shuffle": True, "seed": 0})
     cfg = {"model": {"path": "model.pt"}, "data": {"inputs": "inputs.npy", "targets": "targets.npy"},
            "loader": loader, "loss": {"type": "cross_entropy"}}
+    if aux:
+        cfg["loss"]["aux"] = aux
     if output_key is not None:
         cfg["model"]["output"] = output_key
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     path = os.path.join(d, "model.pt")
-    failures = oracle(lambda: torch.jit.load(path), x, y, batch_size, world_size, output_key)
+    failures = oracle(lambda: torch.jit.load(path), x, y, batch_size, world_size, output_key, aux)
     meta.update({"case": name, "world_size": world_size, "failures": failures})
     if eager is not None:
         # What the user's own (eager) model does in the same loop: what the archive hides.
-        meta["eager_failures"] = oracle(lambda: copy.deepcopy(eager), x, y, batch_size, world_size, output_key)
+        meta["eager_failures"] = oracle(lambda: copy.deepcopy(eager), x, y, batch_size, world_size, output_key, aux)
     return meta
 
 
@@ -199,7 +214,8 @@ def main():
         if only and arch not in only:
             continue
         torch.manual_seed(i)
-        seg = arch == "lraspp"
+        seg = arch in ("lraspp", "deeplabv3_aux")
+        aux = AUX.get(arch)
         model = build()
         example = torch.randn(2, 3, SIZE, SIZE)
         world = 2 if i % 2 else 1
@@ -211,14 +227,14 @@ def main():
         scripted = torch.jit.script(model)
         key = output_key_of(scripted, example)
         manifest.append(save_case(out_dir, arch + "-script-clean", scripted, x_clean, y_clean, 8, 1, key,
-                                  {"arch": arch, "kind": "scripted", "traced_in": None}))
+                                  {"arch": arch, "kind": "scripted", "traced_in": None}, aux=aux))
         manifest.append(save_case(out_dir, arch + "-script-tail", scripted, x_tail, y_tail, 8, world, key,
-                                  {"arch": arch, "kind": "scripted", "traced_in": None}))
+                                  {"arch": arch, "kind": "scripted", "traced_in": None}, aux=aux))
         model.train()
         traced = torch.jit.trace(model, example, check_trace=False, strict=False)
         key_t = output_key_of(traced, example)
         manifest.append(save_case(out_dir, arch + "-trace-tail", traced, x_tail, y_tail, 8, world, key_t,
-                                  {"arch": arch, "kind": "traced", "traced_in": "train"}))
+                                  {"arch": arch, "kind": "traced", "traced_in": "train"}, aux=aux))
         eager = copy.deepcopy(model)
         model.eval()
         traced_eval = torch.jit.trace(model, example, check_trace=False, strict=False)
@@ -228,7 +244,7 @@ def main():
         frozen = sum(1 for m in model.modules() if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout)))
         manifest.append(save_case(out_dir, arch + "-traceeval-tail", traced_eval, x_tail, y_tail, 8, world, key_e,
                                   {"arch": arch, "kind": "traced", "traced_in": "eval", "mode_modules": frozen},
-                                  eager=eager if key_e is None else None))
+                                  eager=eager if key_e is None else None, aux=aux))
 
     if not only or "inplace" in only:
         torch.manual_seed(99)

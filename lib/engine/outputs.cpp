@@ -1,0 +1,102 @@
+#include "engine/outputs.h"
+
+#include <string>
+
+#include "core/errors.h"
+#include "core/text.h"
+#include "engine/torch_util.h"
+
+namespace batchcheck {
+
+namespace {
+
+// Where a selection is configured, for messages: model.output or loss.aux."<key>".
+struct Selector {
+  std::string file, where;
+};
+
+c10::IValue pick(const c10::IValue& out, const std::variant<int64_t, std::string>& sel, const Selector& s) {
+  if (std::holds_alternative<int64_t>(sel)) {
+    const int64_t idx = std::get<int64_t>(sel);
+    std::vector<c10::IValue> items;
+    if (out.isTuple()) {
+      for (const auto& e : out.toTupleRef().elements()) items.push_back(e);
+    } else if (out.isList()) {
+      for (const auto& e : out.toListRef()) items.push_back(e);
+    } else {
+      throw InputError(s.file, s.where, "is an index, but the model returns " + describe(out) + ", not a tuple or list");
+    }
+    const auto n = static_cast<int64_t>(items.size());
+    if (idx < -n || idx >= n) {
+      throw InputError(s.file, s.where, "index " + std::to_string(idx) + " is out of range: the model returns " + std::to_string(n) + " elements");
+    }
+    return items[static_cast<std::size_t>(idx < 0 ? idx + n : idx)];
+  }
+  const std::string& key = std::get<std::string>(sel);
+  if (!out.isGenericDict()) throw InputError(s.file, s.where, "is a key, but the model returns " + describe(out) + ", not a dict");
+  std::vector<std::string> keys;
+  for (const auto& item : out.toGenericDict()) {
+    std::string k = item.key().isString() ? item.key().toStringRef() : "?";
+    if (k == key) return item.value();
+    keys.push_back(k);
+  }
+  throw InputError(s.file, s.where, "the model's output has no key \"" + key + "\" (keys: " + join(keys) + ")" + did_you_mean(key, keys));
+}
+
+// Losses and the value checks read a dense, strided tensor of real numbers with data.
+void require_dense(const at::Tensor& t, const std::string& model_path, const std::string& which) {
+  std::string what, fix;
+  if (t.is_meta()) {
+    what = "a meta tensor (shape only, no data)";
+    fix = "compute the prediction on a real device";
+  } else if (t.is_quantized()) {
+    what = "a quantized tensor (" + dtype_name(t.scalar_type()) + ")";
+    fix = "return out.dequantize()";
+  } else if (t.layout() == at::kMkldnn) {
+    what = "an mkldnn tensor";
+    fix = "return out.to_dense()";
+  } else if (t.layout() != at::kStrided) {
+    what = "a sparse tensor";
+    fix = "return out.to_dense()";
+  } else if (t.is_complex()) {
+    what = "a complex tensor (" + dtype_name(t.scalar_type()) + ")";
+    fix = "return a real prediction (e.g. out.abs() or torch.view_as_real(out))";
+  } else {
+    return;
+  }
+  throw InputError(model_path, which, "the model returns " + what + "; the losses batchcheck checks need a dense tensor of real numbers: " + fix);
+}
+
+at::Tensor selected_tensor(const c10::IValue& v, const Selector& s) {
+  if (!v.isTensor()) throw InputError(s.file, s.where, "selects " + describe(v) + ", not a tensor");
+  return v.toTensor();
+}
+
+}  // namespace
+
+SelectedOutputs select_outputs(const c10::IValue& out, const Config& cfg) {
+  SelectedOutputs r;
+  const Selector main{cfg.file, "model.output"};
+  if (!cfg.model.output) {
+    if (!out.isTensor()) {
+      throw InputError(cfg.file, main.where,
+                       "the model returns " + describe(out) + ", not a tensor; set \"output\" to the index or key of the prediction");
+    }
+    r.prediction = out.toTensor();
+  } else {
+    r.prediction = selected_tensor(pick(out, *cfg.model.output, main), main);
+  }
+  require_dense(r.prediction, cfg.model.path, "output");
+  for (const auto& [key, weight] : cfg.loss.aux) {
+    const Selector s{cfg.file, "loss.aux." + key};
+    std::variant<int64_t, std::string> sel = key;
+    // config.cpp accepted only integers for a tuple's index.
+    if (cfg.model.output && std::holds_alternative<int64_t>(*cfg.model.output)) sel = std::stoll(key);
+    at::Tensor t = selected_tensor(pick(out, sel, s), s);
+    require_dense(t, cfg.model.path, "output \"" + key + "\"");
+    r.aux.push_back(std::move(t));
+  }
+  return r;
+}
+
+}  // namespace batchcheck
