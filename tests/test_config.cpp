@@ -434,3 +434,22 @@ TEST(Config, LossAuxListsExtraOutputsWithTheirWeights) {
                         "loss": {"type": "cross_entropy", "aux": {"aux": 1}}})"),
             R"(batchcheck: error: cfg.json: loss.aux: needs model.output: the model returns several outputs, and model.output names the prediction among them)");
 }
+
+TEST(Config, ListCollateAndTheModelsOwnLoss) {
+  const std::string base = R"({"model": {"path": "m.pt", "output": 0}, "data": {"path": "d.pt"},
+                               "loader": {"batch_size": 4, "collate": {"list": true}}, "loss": {"type": "model"}})";
+  Config cfg = parse_config("cfg.json", base, "/base");
+  EXPECT_TRUE(cfg.loader.collate.list);
+  EXPECT_EQ(cfg.loss.type, LossType::Model);
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"path": "d.pt"},
+                        "loader": {"batch_size": 4, "collate": {"list": true, "pad": {"inputs": 0}}}})"),
+            R"(batchcheck: error: cfg.json: loader.collate.list: keeps each sample apart, so there is nothing to pad or mask: remove "pad" and "mask")");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt", "inputs": {"images": "inputs"}}, "data": {"path": "d.pt"},
+                        "loader": {"batch_size": 4}, "loss": {"type": "model"}})"),
+            R"(batchcheck: error: cfg.json: model.inputs: with loss type "model" the targets follow the inputs positionally (model(images, targets)): list the input fields)");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 4}, "loss": {"type": "model"}})"),
+            R"(batchcheck: error: cfg.json: loss.type: "model" passes the targets to forward, which computes the loss: the data holds no targets)");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt", "output": 0}, "data": {"path": "d.pt"}, "loader": {"batch_size": 4},
+                        "loss": {"type": "model", "aux": {"1": 1}}})"),
+            R"(batchcheck: error: cfg.json: loss.aux: needs a loss "type" batchcheck computes: each extra output is compared with the target by that loss (with "model", forward's own loss already adds its heads))");
+}

@@ -100,3 +100,17 @@ TEST(Contract, NllWantsLogProbabilities) {
   EXPECT_FALSE(p.output_rule->lo);
   EXPECT_EQ(p.output_rule->hi, 0.0);
 }
+
+TEST(Contract, TheModelsOwnLossHasNoPredictionContract) {
+  LossConfig loss;
+  loss.type = LossType::Model;
+  TensorMeta scalar;
+  scalar.present = true;
+  scalar.dtype = "float32";
+  scalar.floating = true;
+  ContractPlan plan = plan_contract(loss, ChecksConfig{}, 4, scalar, TensorMeta{});
+  EXPECT_TRUE(plan.issues.empty());  // a 0-d loss for a batch of 4 is no missing batch dimension
+  EXPECT_FALSE(plan.output_rule);
+  EXPECT_FALSE(plan.target_rule);
+  EXPECT_TRUE(plan.can_compute_loss);
+}

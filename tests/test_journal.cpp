@@ -75,7 +75,7 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   g.samples = {9};
   g.message = "the last batch holds 1 sample \xff";  // invalid UTF-8 is replaced, not fatal
   g.fixes.push_back({"drop-last", "t", "DataLoader(..., drop_last=True)", "x", {}});
-  g.occurrences.push_back({0, 4, {9}, 1, {}});
+  g.occurrences.push_back({0, 4, {9}, 1, {}, "batch 4 failed otherwise"});
   g.occurrences_total = 1;
   s.geometry = {g};
   RecordEvent r;
@@ -117,6 +117,8 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   EXPECT_EQ(rec.start_seen.ranks, (std::vector<uint64_t>{0, 1}));
   ASSERT_EQ(rec.start_seen.geometry.size(), 1u);
   EXPECT_EQ(to_json(rec.start_seen.geometry[0])["fixes"], to_json(g)["fixes"]);
+  EXPECT_EQ(to_json(rec.start_seen.geometry[0])["occurrences"], to_json(g)["occurrences"]);
+  EXPECT_EQ(rec.start_seen.geometry[0].occurrences.at(0).message, "batch 4 failed otherwise");
   EXPECT_EQ(rec.start_seen.geometry[0].message, "the last batch holds 1 sample \xef\xbf\xbd");
   EXPECT_EQ(rec.begun, (std::vector<std::vector<int64_t>>{{6, 7}, {8, 2, 5}}));  // a run and a shuffled batch
   const RecordEvent& got = rec.records.at(0);

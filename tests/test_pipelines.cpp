@@ -378,3 +378,51 @@ TEST_F(Pipelines, ExtraOutputsAreCheckedAndJoinTheLoss) {
   EXPECT_EQ(err2.str(), "batchcheck: error: " + dir + "/typo.json: loss.aux.axu: the model's output has no key \"axu\" "
                         "(keys: out, aux); did you mean \"aux\"?\n");
 }
+
+TEST_F(Pipelines, DetectionModelsTrainOnListsOfImagesAndTargets) {
+  if (!std::filesystem::exists(dir_->path() / "detection")) {
+    GTEST_SKIP() << "torchvision is not installed for " << test_util::python() << ": no detection model";
+  }
+  // torchvision's Faster R-CNN as its reference recipe trains it: lists of images of different
+  // sizes and of {boxes, labels} dicts, forward(images, targets) returning its losses. The loop
+  // raises at batch 2 (a box of zero width) and batch 4 (a label past num_classes).
+  const Json& t = truth("detection");
+  ASSERT_EQ(loop_failures(t, "forward"), (std::set<uint64_t>{2, 4})) << t.dump(1);
+  Scan s = scan("detection");
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(scan_failures(s.report, "forward-error"), loop_failures(t, "forward"));
+  ASSERT_EQ(s.report["findings"].size(), 1u) << s.report["findings"].dump(1);
+  const Json& f = s.report["findings"][0];
+  EXPECT_NE(f["message"].get<std::string>().find("All bounding boxes should have positive height and width"), std::string::npos) << f["message"];
+  // The second batch fails for another reason: its occurrence says which.
+  ASSERT_EQ(f["occurrences"].size(), 2u);
+  EXPECT_FALSE(f["occurrences"][0].contains("message"));
+  EXPECT_NE(f["occurrences"][1]["message"].get<std::string>().find("Target 7 is out of bounds."), std::string::npos) << f["occurrences"][1];
+  EXPECT_EQ(s.report["dataset"]["target_dtype"], "dict");
+  EXPECT_EQ(s.report["dataset"]["input_shape"], Json::parse("[3, -1, -1]"));
+
+  // The summary shows the second cause under the first.
+  const std::string dir = (dir_->path() / "detection").string();
+  std::ostringstream sout, serr;
+  EXPECT_EQ(run_cli({"scan", dir + "/config.json", "-o", dir_->file("detection-summary.json")}, sout, serr), 1);
+  EXPECT_NE(serr.str().find("\n    at batch 4: forward raised on a batch of 4 samples: Target 7 is out of bounds.\n"), std::string::npos)
+      << serr.str();
+
+  // Misconfigurations, each one line naming what to set.
+  auto error_of = [&](const std::string& config) {
+    std::ostringstream out, err;
+    EXPECT_EQ(run_cli({"scan", dir + "/" + config, "-q"}, out, err), 2) << config;
+    return err.str();
+  };
+  EXPECT_EQ(error_of("no-list.json"),
+            "batchcheck: error: data.pt: targets: is a dict per sample (boxes, labels), which a detection DataLoader keeps "
+            "as a list with collate_fn=lambda b: tuple(zip(*b)): set loader.collate to {\"list\": true}\n");
+  EXPECT_EQ(error_of("list-ce.json"),
+            "batchcheck: error: " + dir + "/list-ce.json: loader.collate.list: batches stay lists of samples, which "
+            "batchcheck's cross_entropy cannot compare with a prediction: set loss.type to \"model\" (forward computes its "
+            "loss from the targets, as torchvision's detection models do) or \"none\"\n");
+  EXPECT_EQ(error_of("tensors.json"),
+            "batchcheck: error: " + dir + "/model.pt: forward: argument \"images\" (List[Tensor]) takes a list of per-sample "
+            "tensors, as a detection DataLoader's collate_fn=lambda b: tuple(zip(*b)) passes them: set loader.collate to "
+            "{\"list\": true}\n");
+}

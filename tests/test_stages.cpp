@@ -92,6 +92,21 @@ TEST(LossStage, NonFiniteLossSaysWhyWhenEveryTargetIsIgnored) {
   EXPECT_EQ(e->rows, (std::vector<uint64_t>{0, 1}));
 }
 
+TEST(LossStage, TheModelsOwnLossNamesItsNonFiniteTerms) {
+  LossConfig cfg;
+  cfg.type = LossType::Model;
+  LossResult nan;
+  nan.ok = true;
+  nan.elements = nan.nonfinite = 1;
+  nan.value = std::numeric_limits<double>::quiet_NaN();
+  nan.nonfinite_terms = {"loss_box_reg", "loss_rpn_box_reg"};
+  auto e = loss_finding(nan, cfg, 4, nullptr);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, "loss-nonfinite");
+  EXPECT_EQ(e->message, "the loss forward returned is nan (not finite: loss_box_reg, loss_rpn_box_reg)");
+  EXPECT_EQ(e->evidence["nonfinite_terms"], nlohmann::ordered_json::parse(R"(["loss_box_reg", "loss_rpn_box_reg"])"));
+}
+
 TEST(BackwardStage, NamesTheFirstParametersAndCountsTheRest) {
   BackwardResult b;
   b.ok = true;

@@ -99,3 +99,21 @@ TEST(ValueCheck, VectorizedPassMatchesAtEveryLanePosition) {
     }
   }
 }
+
+TEST(ValueCheck, SamplesOfAListJoinAsRowsOfOneBatch) {
+  const float a[] = {1.0f, 2.0f}, b[] = {NAN, 5.0f, -1.0f}, c[] = {0.5f};
+  ValueRule rule;
+  rule.lo = 0.0;
+  ValueStats batch;
+  add_sample(batch, check_values(a, 1, 2, rule), 0);
+  add_sample(batch, check_values(b, 1, 3, rule), 1);
+  add_sample(batch, check_values(c, 1, 1, rule), 2);
+  EXPECT_EQ(batch.elements, 6u);
+  EXPECT_EQ(batch.nan, 1u);
+  EXPECT_EQ(batch.below, 1u);
+  EXPECT_EQ(batch.min, -1.0);
+  EXPECT_EQ(batch.max, 5.0);
+  EXPECT_EQ(batch.bad_rows, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(batch.bad_rows_total, 1u);
+  EXPECT_EQ(batch.bad_values, (std::vector<double>{-1.0}));
+}

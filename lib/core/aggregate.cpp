@@ -157,7 +157,8 @@ void Aggregator::commit(const RecordEvent& r) {
   if (new_batch) {
     ++f->occurrences_total;
     if (f->occurrences.size() < kOccurrenceCap) {
-      f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json()});
+      f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json(),
+                                r.message != f->message ? r.message : std::string()});
     }
   }
   // This batch's occurrence, unless it fell past the cap.
@@ -218,6 +219,7 @@ void Aggregator::finish_findings() {
   fc.backward = start_.backward;
   fc.output = cfg_.model.output;
   fc.collate_pads = cfg_.loader.collate.pads();
+  fc.collate_list = cfg_.loader.collate.list;
   for (std::size_t i = 0; i < findings_.size(); ++i) {
     fc.batch_indices = first_batch_[i];
     if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);

@@ -105,6 +105,8 @@ struct LossResult {
   uint64_t elements = 0;
   uint64_t nonfinite = 0;
   double value = 0;  // the reduced loss (first element for reduction="none")
+  // Loss type "model": the terms of the dict forward returned that are not finite.
+  std::vector<std::string> nonfinite_terms;
 };
 
 // One batch's prediction and target, frozen after its forward, so that its value checks

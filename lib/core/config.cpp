@@ -25,6 +25,7 @@ constexpr LossName kLossNames[] = {
     {"cross_entropy", LossType::CrossEntropy}, {"nll", LossType::Nll},
     {"mse", LossType::Mse},     {"l1", LossType::L1},
     {"smooth_l1", LossType::SmoothL1},         {"none", LossType::None},
+    {"model", LossType::Model},
 };
 
 }  // namespace
@@ -246,7 +247,10 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
       }
       out.aux.emplace_back(item.key(), w.get<double>());
     }
-    if (out.type == LossType::None) l.fail("aux", "needs a loss \"type\": each extra output is compared with the target by that loss");
+    if (out.type == LossType::None || out.type == LossType::Model) {
+      l.fail("aux", std::string("needs a loss \"type\" batchcheck computes: each extra output is compared with the target by that loss") +
+                        (out.type == LossType::Model ? " (with \"model\", forward's own loss already adds its heads)" : ""));
+    }
   }
 }
 

@@ -13,7 +13,9 @@ namespace batchcheck {
 struct RecordedOrder;
 
 enum class Mode { Train, Eval };
-enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None };
+// Model: forward computes the loss itself from the targets it takes (torchvision's detection
+// models in train mode return a dict of losses, summed as their training recipe does).
+enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model };
 enum class Reduction { Mean, Sum, None };
 enum class DataFormat { Npy, Pt, ImageFolder };
 // TorchScript (torch.jit.save) or a torch.export program compiled by AOTInductor (.pt2).
@@ -105,6 +107,10 @@ struct CollateConfig {
   // Generated fields: a mask (int64, 1 on a sample's positions, 0 on padding) of the padded
   // field named, as a collate_fn returning an attention mask builds it; name -> padded field.
   std::vector<std::pair<std::string, std::string>> masks;
+  // "list": every field stays a Python list of its samples, as collate_fn=lambda b:
+  // tuple(zip(*b)) leaves it (detection: images of different sizes, a dict of boxes and
+  // labels per image); forward takes List[Tensor] / List[Dict[str, Tensor]].
+  bool list = false;
   bool pads() const { return !pad.empty(); }
   const std::string* mask_source(const std::string& field) const {
     for (const auto& [name, source] : masks) {

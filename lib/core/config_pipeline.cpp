@@ -25,7 +25,13 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
   }
   if (!c->is_object()) l.fail("collate", "expected \"default\" or an object such as {\"pad\": {\"inputs\": 0}}, got " + describe_json(*c));
   const JsonObject co = l.object("collate");
-  co.reject_unknown({"pad", "pad_to_multiple_of", "mask"});
+  co.reject_unknown({"pad", "pad_to_multiple_of", "mask", "list"});
+  if (auto list = co.boolean("list")) {
+    out.list = *list;
+    if (out.list && (co.has("pad") || co.has("mask"))) {
+      co.fail("list", "keeps each sample apart, so there is nothing to pad or mask: remove \"pad\" and \"mask\"");
+    }
+  }
   if (co.has("pad")) {
     const JsonObject pad = co.object("pad");
     const json& fields = *co.find("pad");
@@ -281,6 +287,25 @@ void check_fields(const JsonObject& top, const Config& cfg) {
     model.fail("inputs", "a .pt2 program takes its inputs positionally: list the fields in forward's order");
   }
   const CollateConfig& collate = cfg.loader.collate;
+  if (cfg.loss.type == LossType::Model) {
+    // forward(inputs..., targets): the targets are its last positional argument.
+    if (m.inputs_kind == InputsKind::Named || m.inputs_kind == InputsKind::Record) {
+      model.fail("inputs", "with loss type \"model\" the targets follow the inputs positionally (model(images, targets)): list the input fields");
+    }
+    if (!d.has_targets) {
+      top.object("loss").fail("type", "\"model\" passes the targets to forward, which computes the loss: the data holds no targets");
+    }
+    if (m.format == ModelFormat::Pt2) top.object("loss").fail("type", "\"model\" needs a TorchScript model in train mode; a .pt2 program runs as exported");
+  }
+  if (collate.list) {
+    const JsonObject co = top.object("loader").object("collate");
+    if (cfg.loss.type != LossType::Model && cfg.loss.type != LossType::None) {
+      co.fail("list", "batches stay lists of samples, which batchcheck's " + std::string(to_string(cfg.loss.type)) +
+                          " cannot compare with a prediction: set loss.type to \"model\" (forward computes its loss from the "
+                          "targets, as torchvision's detection models do) or \"none\"");
+    }
+    if (m.format == ModelFormat::Pt2) co.fail("list", "a .pt2 program takes tensors, not lists of samples");
+  }
   if (!collate.masks.empty()) {
     const JsonObject masks = top.object("loader").object("collate").object("mask");
     for (const auto& [name, source] : collate.masks) {

@@ -67,6 +67,11 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
                            const TensorMeta& output, const TensorMeta& target) {
   ContractPlan plan;
   const LossType t = loss.type;
+  if (t == LossType::Model) {
+    // forward returned the loss itself: no prediction to hold to a contract, only the loss.
+    plan.can_compute_loss = true;
+    return plan;
+  }
 
   // Predictions: the batch dimension first, since every later check assumes it.
   bool batch_ok = !output.shape.empty() && output.shape[0] == static_cast<int64_t>(batch_size);

@@ -21,12 +21,26 @@ std::string output_selector(const FixContext& c) {
 // every sample), so `reproduce` never lists just the bad ones.
 Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
   const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
-  std::string code = c.collate_pads ? std::string() : "from torch.utils.data import default_collate; ";
-  code += std::string("x, y = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "([dataset[i] for i in " +
-          python_indices(idx) + "]); ";
+  const bool plain = !c.collate_pads && !c.collate_list;
+  std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
+  const std::string samples = "[dataset[i] for i in " + python_indices(idx) + "]";
+  if (c.collate_list) {
+    code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
+  } else {
+    code += std::string("x, y = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); ";
+  }
   code += std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + "); ";
-  code += "out = model(x)" + output_selector(c);
-  if (with_loss && c.loss.type != LossType::None) {
+  if (c.loss.type == LossType::Model) {
+    // forward computes the loss from the targets; torchvision's returns a dict of losses.
+    code += "out = model(x, y)" + output_selector(c);
+    if (with_loss) {
+      code += "; loss = sum(out.values()) if isinstance(out, dict) else out";
+      if (with_backward) code += "; loss.backward()";
+    }
+  } else {
+    code += "out = model(x)" + output_selector(c);
+  }
+  if (with_loss && c.loss.type != LossType::None && c.loss.type != LossType::Model) {
     code += "; loss = " + loss_constructor(c.loss) + "(out, y)";
     if (with_backward) code += "; loss.backward()";
   }
@@ -106,7 +120,8 @@ std::string loss_constructor(const LossConfig& l) {
     case LossType::Mse: name = "nn.MSELoss"; break;
     case LossType::L1: name = "nn.L1Loss"; break;
     case LossType::SmoothL1: name = "nn.SmoothL1Loss"; break;
-    case LossType::None: return "";
+    case LossType::None:
+    case LossType::Model: return "";
   }
   auto tensor = [](const std::vector<double>& v) {
     std::vector<std::string> parts;

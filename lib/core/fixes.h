@@ -20,6 +20,7 @@ struct FixContext {
   bool backward = false;
   std::optional<std::variant<int64_t, std::string>> output;  // model.output
   bool collate_pads = false;  // loader.collate pads a field: the user's own collate_fn builds batches
+  bool collate_list = false;  // loader.collate.list: tuple(zip(*batch))
   // Every sample of the finding's first failing batch, in delivery order (for `reproduce`).
   std::vector<int64_t> batch_indices;
 };

@@ -53,7 +53,8 @@ json finding_json(const Finding& f) {
   }
   json occ = json::array();
   for (const auto& o : f.occurrences) {
-    occ.push_back({{"rank", opt(o.rank)}, {"batch", opt(o.batch)}, {"samples", o.samples}, {"count", o.count}});
+    occ.push_back({{"rank", opt(o.rank)}, {"batch", opt(o.batch)}, {"samples", o.samples}, {"count", o.count},
+                   {"files", o.files}, {"message", o.message}});
   }
   return {{"id", f.id}, {"severity", static_cast<int>(f.severity)}, {"rank", opt(f.rank)}, {"ranks", f.ranks},
           {"batch", opt(f.batch)}, {"batches", f.batches}, {"samples", f.samples}, {"count", f.count},
@@ -85,7 +86,8 @@ Finding finding_of(const json& j) {
   f.probe_size = j.at("probe_size").get<uint64_t>();
   for (const auto& o : j.at("occurrences")) {
     f.occurrences.push_back({opt_of<uint64_t>(o.at("rank")), opt_of<uint64_t>(o.at("batch")),
-                             o.at("samples").get<std::vector<int64_t>>(), o.at("count").get<uint64_t>(), {}});
+                             o.at("samples").get<std::vector<int64_t>>(), o.at("count").get<uint64_t>(),
+                             o.at("files"), o.at("message").get<std::string>()});
   }
   f.occurrences_total = j.at("occurrences_total").get<uint64_t>();
   return f;

@@ -72,6 +72,7 @@ nlohmann::ordered_json to_json(const Finding& f) {
                      {"samples", o.samples},
                      {"count", o.count}});
       if (!o.files.is_null()) occ.back()["files"] = o.files;
+      if (!o.message.empty()) occ.back()["message"] = o.message;
     }
     j["occurrences"] = occ;
     j["occurrences_total"] = std::max<uint64_t>(f.occurrences_total, f.occurrences.size());

@@ -35,6 +35,9 @@ struct Occurrence {
   // The files behind this batch's samples, when the finding is about files
   // (sample-unreadable): [{"file", "error"}].
   nlohmann::ordered_json files;
+  // This batch's own message, when it differs from the finding's (the first batch's): two
+  // batches may fail forward for different reasons (a bad box, then a bad label).
+  std::string message;
 };
 
 struct Finding {

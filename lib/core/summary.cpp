@@ -32,6 +32,12 @@ std::string format_summary(const ScanResult& result) {
       out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
     }
     out << "\n    " << f.message << "\n";
+    // Later batches that failed for another reason under the same id (a few).
+    int others = 0;
+    for (const auto& o : f.occurrences) {
+      if (o.message.empty() || !o.batch || ++others > 3) continue;
+      out << "    at batch " << *o.batch << ": " << o.message << "\n";
+    }
     if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
     for (const auto& fix : f.fixes) {
       std::string code = fix.code.empty() ? fix.title : fix.code;

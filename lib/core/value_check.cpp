@@ -198,4 +198,23 @@ ValueStats check_values(const int64_t* data, uint64_t rows, uint64_t row_element
   return run(data, rows, row_elements, rule);
 }
 
+void add_sample(ValueStats& batch, const ValueStats& sample, uint64_t row) {
+  batch.elements += sample.elements;
+  batch.nan += sample.nan;
+  batch.inf += sample.inf;
+  batch.below += sample.below;
+  batch.above += sample.above;
+  batch.ignored += sample.ignored;
+  // min/max are over finite elements: NaN means none yet.
+  if (!std::isnan(sample.min)) batch.min = std::isnan(batch.min) ? sample.min : std::min(batch.min, sample.min);
+  if (!std::isnan(sample.max)) batch.max = std::isnan(batch.max) ? sample.max : std::max(batch.max, sample.max);
+  if (sample.ok()) return;
+  if (batch.bad_rows.size() < kMaxBadRows) batch.bad_rows.push_back(row);
+  ++batch.bad_rows_total;
+  for (double v : sample.bad_values) {
+    if (batch.bad_values.size() >= kMaxBadValues) break;
+    if (std::find(batch.bad_values.begin(), batch.bad_values.end(), v) == batch.bad_values.end()) batch.bad_values.push_back(v);
+  }
+}
+
 }  // namespace batchcheck

@@ -42,4 +42,8 @@ ValueStats check_values(const float* data, uint64_t rows, uint64_t row_elements,
 ValueStats check_values(const double* data, uint64_t rows, uint64_t row_elements, const ValueRule& rule);
 ValueStats check_values(const int64_t* data, uint64_t rows, uint64_t row_elements, const ValueRule& rule);
 
+// A batch kept as a list of samples (loader.collate.list): sample `row`'s stats joined to the
+// batch's, as if they had been one row of a stacked tensor.
+void add_sample(ValueStats& batch, const ValueStats& sample, uint64_t row);
+
 }  // namespace batchcheck

@@ -16,6 +16,15 @@
 
 namespace batchcheck {
 
+c10::IValue DataSource::gather_list(int field, const std::vector<int64_t>& indices) const {
+  if (field == kTargetField && !has_targets()) return c10::IValue();
+  // Each sample alone, as the dataset's __getitem__ returns it.
+  c10::List<at::Tensor> out;
+  out.reserve(indices.size());
+  for (int64_t i : indices) out.push_back(gather(field, {i}).select(0, 0));
+  return out;
+}
+
 namespace {
 
 // One .npy field: a file of stacked samples, or values + offsets for variable-length samples

@@ -1,6 +1,7 @@
 #pragma once
 // Where the samples come from: .npy files (read row by row) or one torch.save file.
 #include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +30,10 @@ class DataSource {
   // Throws CollateError where the DataLoader's collate_fn raises, UnreadableError where the
   // dataset's __getitem__ does.
   virtual at::Tensor gather(int field, const std::vector<int64_t>& indices) const = 0;
+  // loader.collate.list: the batch as the Python list of its samples that
+  // collate_fn=lambda b: tuple(zip(*b)) leaves: List[Tensor], or List[Dict[str, Tensor]] for
+  // samples that are dicts (a detection target's boxes and labels). None without targets.
+  virtual c10::IValue gather_list(int field, const std::vector<int64_t>& indices) const;
   // Bytes read per sample (every field), to decide whether prefetching pays.
   virtual uint64_t sample_bytes() const = 0;
   // Each sample's length (its first dimension) in input field k, before padding: what a

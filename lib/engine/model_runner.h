@@ -19,9 +19,10 @@ namespace batchcheck {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // The batch's input fields in model.inputs order. Throws what the model raises (the
-  // backend turns it into a finding).
-  virtual c10::IValue forward(const std::vector<at::Tensor>& inputs) = 0;
+  // The batch's input fields in model.inputs order (then the targets, with loss type
+  // "model"): tensors, or lists of samples (loader.collate.list). Throws what the model raises
+  // (the backend turns it into a finding).
+  virtual c10::IValue forward(const std::vector<c10::IValue>& inputs) = 0;
   virtual const ModelInfo& info() const = 0;
   // (qualified name, parameter) for the gradient check; empty without autograd.
   virtual const std::vector<std::pair<std::string, at::Tensor>>& parameters() const = 0;
@@ -35,10 +36,11 @@ class ModelRunner {
 void load_operator_libraries(const ModelConfig& model);
 
 // Both throw InputError for a file that is not a loadable model of their format.
-// `fields`: the input fields the data holds, in model.inputs order (all of a record), checked
-// against forward's schema.
+// `fields`: what forward is fed, in order: the input fields (all of a record), then the
+// targets with loss type "model"; checked against forward's schema, where `lists` says they
+// come as lists of samples (loader.collate.list).
 std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
-                                              const std::vector<std::string>& fields);
+                                              const std::vector<std::string>& fields, bool lists);
 std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device);
 
 }  // namespace batchcheck

@@ -74,7 +74,39 @@ at::Tensor selected_tensor(const c10::IValue& v, const Selector& s) {
 
 }  // namespace
 
+namespace {
+
+SelectedOutputs model_losses(const c10::IValue& out, const Config& cfg) {
+  SelectedOutputs r;
+  const Selector main{cfg.file, cfg.model.output ? "model.output" : "loss.type"};
+  const c10::IValue v = cfg.model.output ? pick(out, *cfg.model.output, main) : out;
+  if (v.isTensor()) {
+    r.loss_terms.emplace_back("loss", v.toTensor());
+  } else if (v.isGenericDict()) {
+    for (const auto& item : v.toGenericDict()) {
+      if (!item.value().isTensor()) continue;
+      r.loss_terms.emplace_back(item.key().isString() ? item.key().toStringRef() : "?", item.value().toTensor());
+    }
+  }
+  if (r.loss_terms.empty()) {
+    throw InputError(cfg.file, main.where,
+                     (cfg.model.output ? "selects " : "forward returns ") + describe(v) +
+                         "; with loss type \"model\" that must be the loss: a tensor, or a dict of losses as torchvision's "
+                         "detection models return in train mode (scripted, they return (losses, detections): set "
+                         "model.output to 0)");
+  }
+  for (const auto& [name, term] : r.loss_terms) {
+    require_dense(term, cfg.model.path, "loss \"" + name + "\"");
+    at::Tensor scalar = term.numel() == 1 ? term.reshape({}) : term.sum();
+    r.prediction = r.prediction.defined() ? r.prediction + scalar : scalar;
+  }
+  return r;
+}
+
+}  // namespace
+
 SelectedOutputs select_outputs(const c10::IValue& out, const Config& cfg) {
+  if (cfg.loss.type == LossType::Model) return model_losses(out, cfg);
   SelectedOutputs r;
   const Selector main{cfg.file, "model.output"};
   if (!cfg.model.output) {

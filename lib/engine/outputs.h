@@ -14,6 +14,9 @@ namespace batchcheck {
 struct SelectedOutputs {
   at::Tensor prediction;
   std::vector<at::Tensor> aux;  // in loss.aux order
+  // Loss type "model": the losses forward returned, by name ("loss" for a single tensor); the
+  // prediction is then their sum, the loss the training loop back-propagates.
+  std::vector<std::pair<std::string, at::Tensor>> loss_terms;
 };
 
 // Throws InputError naming model.output or loss.aux when the selection does not fit what the

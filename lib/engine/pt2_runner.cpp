@@ -123,8 +123,9 @@ class AotiRunner : public ModelRunner {
     info_.format = "pt2";
   }
 
-  c10::IValue forward(const std::vector<at::Tensor>& inputs) override {
-    std::vector<at::Tensor> out;
+  c10::IValue forward(const std::vector<c10::IValue>& values) override {
+    std::vector<at::Tensor> inputs, out;
+    for (const auto& v : values) inputs.push_back(v.toTensor());  // config.cpp refuses lists for .pt2
     {
       QuietStderr quiet;
       out = loader_->run(inputs);

@@ -29,12 +29,17 @@ namespace {
 
 // One field of a torch.save file: a tensor whose first dimension is the sample, or a list
 // of per-sample tensors (variable-length sequences), which the collate_fn puts together.
+// A sample may also be a dict of tensors (a detection target: boxes, labels), which only a
+// list collate keeps as it is.
 struct Field {
   at::Tensor stacked;
   std::vector<at::Tensor> items;
-  bool ragged = false;
-  bool defined() const { return ragged || stacked.defined(); }
-  int64_t count() const { return ragged ? static_cast<int64_t>(items.size()) : stacked.size(0); }
+  std::vector<c10::Dict<std::string, at::Tensor>> dicts;
+  bool ragged = false, dicted = false;
+  bool defined() const { return ragged || dicted || stacked.defined(); }
+  int64_t count() const {
+    return dicted ? static_cast<int64_t>(dicts.size()) : ragged ? static_cast<int64_t>(items.size()) : stacked.size(0);
+  }
 };
 
 class PtSource : public DataSource {
@@ -114,6 +119,15 @@ class PtSource : public DataSource {
                                          std::to_string(targets_.count()) + "; they must have the same count");
     }
     check_pad_keys(cfg, names_, target_name_);
+    for (std::size_t k = 0; k <= inputs_.size(); ++k) {
+      const Field& f = k < inputs_.size() ? inputs_[k] : targets_;
+      if (!f.dicted || collate_.list) continue;
+      std::vector<std::string> keys;
+      for (const auto& item : f.dicts.front()) keys.push_back(item.key());
+      throw InputError(display_, k < inputs_.size() ? names_[k] : target_name_,
+                       "is a dict per sample (" + join(keys) + "), which a detection DataLoader keeps as a list with "
+                       "collate_fn=lambda b: tuple(zip(*b)): set loader.collate to {\"list\": true}");
+    }
     map_->release();  // the checks and the unpickler touched every member's header
   }
   uint64_t samples() const override { return static_cast<uint64_t>(inputs_[0].count()); }
@@ -121,6 +135,12 @@ class PtSource : public DataSource {
   bool has_targets() const override { return targets_.defined(); }
   TensorMeta sample_meta(int field) const override {
     const Field& f = at_field(field);
+    if (f.dicted) {
+      TensorMeta m;
+      m.present = true;
+      m.dtype = "dict";
+      return m;
+    }
     if (!f.ragged) return meta_of(f.stacked, true);
     // Per-sample shapes: a dimension that varies between samples is -1.
     TensorMeta m;
@@ -149,9 +169,28 @@ class PtSource : public DataSource {
     }
     return out;
   }
+  c10::IValue gather_list(int field, const std::vector<int64_t>& indices) const override {
+    const Field& f = at_field(field);
+    if (!f.defined()) return c10::IValue();
+    if (f.dicted) {
+      c10::List<c10::Dict<std::string, at::Tensor>> out;
+      for (int64_t i : indices) {
+        c10::Dict<std::string, at::Tensor> d;
+        for (const auto& item : f.dicts[static_cast<std::size_t>(i)]) d.insert(item.key(), read_copy(item.value(), *map_));
+        out.push_back(std::move(d));
+      }
+      return out;
+    }
+    if (!f.ragged) return DataSource::gather_list(field, indices);
+    c10::List<at::Tensor> out;
+    for (int64_t i : indices) out.push_back(read_copy(f.items[static_cast<std::size_t>(i)], *map_));
+    return out;
+  }
+
   at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
     const Field& f = at_field(field);
     if (!f.defined()) return {};
+    if (f.dicted) throw InternalError("gather: a field of dicts needs loader.collate.list");
     const bool target = field == kTargetField;
     const std::string& name = target ? target_name_ : names_[static_cast<std::size_t>(field)];
     if (f.ragged) {
@@ -217,9 +256,28 @@ class PtSource : public DataSource {
       return f;
     }
     if (!v.isList() && !v.isTuple()) throw InputError(display_, where, "is not a tensor or a list of per-sample tensors (got " + describe(v) + ")");
-    f.ragged = true;
     std::vector<c10::IValue> items = elements(v);
     uint64_t bytes = 0;
+    if (!items.empty() && items[0].isGenericDict()) {
+      f.dicted = true;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const std::string at = where + (where.empty() ? "" : ", ") + "sample " + std::to_string(i);
+        if (!items[i].isGenericDict()) throw InputError(display_, at, "is not a dict like sample 0 (got " + describe(items[i]) + ")");
+        c10::Dict<std::string, at::Tensor> d;
+        for (const auto& item : items[i].toGenericDict()) {
+          if (!item.key().isString() || !item.value().isTensor()) {
+            throw InputError(display_, at, "a sample's dict must map names to tensors (got " + describe(item.key()) + " -> " +
+                                               describe(item.value()) + ")");
+          }
+          d.insert(item.key().toStringRef(), item.value().toTensor());
+          bytes += static_cast<uint64_t>(item.value().toTensor().nbytes());
+        }
+        f.dicts.push_back(std::move(d));
+      }
+      bytes_per_sample_ += bytes / items.size();
+      return f;
+    }
+    f.ragged = true;
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (!items[i].isTensor()) {
         throw InputError(display_, where + (where.empty() ? "" : ", ") + "sample " + std::to_string(i),

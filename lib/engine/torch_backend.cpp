@@ -69,7 +69,8 @@ at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const Loss
     case LossType::Mse: return at::mse_loss(out, tgt, red);
     case LossType::L1: return at::l1_loss(out, tgt, red);
     case LossType::SmoothL1: return at::smooth_l1_loss(out, tgt, red, loss.beta);
-    case LossType::None: break;
+    case LossType::None:
+    case LossType::Model: break;
   }
   throw InternalError("compute_loss: no loss for type none");
 }
@@ -141,6 +142,74 @@ class ModelWarnings : public compat::WarningSink {
 
 bool plain_finite_rule(const ValueRule& r) { return r.finite && !r.lo && !r.hi && !r.class_index; }
 
+// A field's batch: a tensor, or a list of samples (loader.collate.list), each checked as a row.
+ValueStats check_value(const c10::IValue& v, const ValueRule& rule) {
+  if (v.isTensor()) return check_tensor(for_kernel(v.toTensor().detach()), rule);
+  ValueStats batch;
+  if (!v.isTensorList()) return batch;  // dicts of samples (detection targets): forward's to judge
+  const c10::List<at::Tensor> list = v.toTensorList();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    add_sample(batch, check_tensor(for_kernel(list.get(i).detach().unsqueeze(0)), rule), i);
+  }
+  return batch;
+}
+
+bool floating_value(const c10::IValue& v) {
+  if (v.isTensor()) return at::isFloatingType(v.toTensor().scalar_type());
+  return v.isTensorList() && v.toTensorList().size() > 0 && at::isFloatingType(v.toTensorList().get(0).scalar_type());
+}
+
+// The batch's shape: a list of samples is [N, d...] with -1 where the samples differ.
+TensorMeta meta_of_value(const c10::IValue& v) {
+  if (v.isTensor()) return meta_of(v.toTensor());
+  TensorMeta m;
+  if (!v.isList()) return m;
+  const c10::List<c10::IValue> list = v.toList();
+  m.present = true;
+  m.shape = {static_cast<int64_t>(list.size())};
+  if (!v.isTensorList()) {
+    m.dtype = "dict";
+    return m;
+  }
+  const c10::List<at::Tensor> tensors = v.toTensorList();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor t = tensors.get(i);
+    if (i == 0) {
+      TensorMeta first = meta_of(t);
+      m.dtype = first.dtype;
+      m.floating = first.floating;
+      m.shape.insert(m.shape.end(), first.shape.begin(), first.shape.end());
+      continue;
+    }
+    if (static_cast<std::size_t>(t.dim()) + 1 != m.shape.size()) return m;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (m.shape[static_cast<std::size_t>(d) + 1] != t.size(d)) m.shape[static_cast<std::size_t>(d) + 1] = -1;
+    }
+  }
+  return m;
+}
+
+c10::IValue to_device(const c10::IValue& v, const c10::Device& device) {
+  if (v.isTensor()) return v.toTensor().to(device);
+  if (v.isTensorList()) {
+    const c10::List<at::Tensor> in = v.toTensorList();
+    c10::List<at::Tensor> out;
+    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(in.get(i).to(device));
+    return out;
+  }
+  if (v.isList()) {  // dicts of tensors
+    const c10::List<c10::IValue> in = v.toList();
+    c10::List<c10::Dict<std::string, at::Tensor>> out;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      c10::Dict<std::string, at::Tensor> moved;
+      for (const auto& item : in.get(i).toGenericDict()) moved.insert(item.key().toStringRef(), item.value().toTensor().to(device));
+      out.push_back(std::move(moved));
+    }
+    return out;
+  }
+  return v;
+}
+
 // --- the backend ----------------------------------------------------------------
 
 class TorchBackend : public Backend {
@@ -157,7 +226,7 @@ class TorchBackend : public Backend {
     if (opt.loading) opt.loading(cfg.model.path);
     load_operator_libraries(cfg.model);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
-                                                  : load_torchscript(cfg.model, device_, data_->input_names());
+                                                  : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list);
     // Loading reads whole archives into memory and frees them: give that back before the scan.
     ::malloc_trim(0);
   }
@@ -173,6 +242,13 @@ class TorchBackend : public Backend {
 
   ModelInfo model() const override { return model_->info(); }
 
+  // What forward is fed: the input fields, then the targets with loss type "model".
+  std::vector<std::string> forward_fields() const {
+    std::vector<std::string> fields = data_->input_names();
+    if (cfg_.loss.type == LossType::Model) fields.push_back(cfg_.data.format == DataFormat::Pt ? cfg_.data.targets : "targets");
+    return fields;
+  }
+
   std::optional<LoadFailure> load_batch(const std::vector<int64_t>& indices) override {
     Staged s;
     if (pending_.valid()) {
@@ -183,15 +259,21 @@ class TorchBackend : public Backend {
     }
     inputs_ = std::move(s.inputs);
     target_ = std::move(s.target);
+    target_list_ = std::move(s.target_list);
     input_stats_ = std::move(s.input_stats);
     output_ = at::Tensor();
     aux_.clear();
+    loss_terms_.clear();
     loss_ = at::Tensor();
     checked_.clear();
     return std::move(s.failure);
   }
 
-  TensorMeta meta(Slot slot) const override { return meta_of(tensor(slot)); }
+  TensorMeta meta(Slot slot) const override {
+    if (slot == Slot::Input) return inputs_.empty() ? TensorMeta{} : meta_of_value(inputs_.front());
+    if (slot == Slot::Target && !target_list_.isNone()) return meta_of_value(target_list_);
+    return meta_of(tensor(slot));
+  }
 
   void prefetch(const std::vector<int64_t>& indices) override {
     // A thread hand-off costs microseconds: worth it only when reading costs more.
@@ -208,11 +290,11 @@ class TorchBackend : public Backend {
 
   std::vector<std::string> input_names() const override { return data_->input_names(); }
   TensorMeta input_meta(std::size_t field) const override {
-    return field < inputs_.size() ? meta_of(inputs_[field]) : TensorMeta{};
+    return field < inputs_.size() ? meta_of_value(inputs_[field]) : TensorMeta{};
   }
   ValueStats check_input(std::size_t field, const ValueRule& rule) override {
     if (field < input_stats_.size() && input_stats_[field] && plain_finite_rule(rule)) return *input_stats_[field];
-    return check_tensor(for_kernel(inputs_.at(field).detach()), rule);
+    return check_value(inputs_.at(field), rule);
   }
 
   ForwardResult forward() override {
@@ -220,9 +302,13 @@ class TorchBackend : public Backend {
     try {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      SelectedOutputs out = select_outputs(model_->forward(inputs_), cfg_);
+      std::vector<c10::IValue> args = inputs_;
+      // Loss type "model": forward takes the targets after the inputs (model(images, targets)).
+      if (cfg_.loss.type == LossType::Model) args.push_back(target_list_.isNone() ? c10::IValue(target_) : target_list_);
+      SelectedOutputs out = select_outputs(model_->forward(args), cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
+      loss_terms_ = std::move(out.loss_terms);
       synchronize();
       r.ok = true;
     } catch (const InputError&) {
@@ -234,12 +320,13 @@ class TorchBackend : public Backend {
   }
 
   LossResult loss(const LossConfig& loss) override {
+    if (loss.type == LossType::Model) return model_loss();
     return run_loss(output_, target_, loss, device_, opt_.sync, opt_.backward ? &loss_ : nullptr);
   }
 
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
-    if (opt_.backward) return nullptr;
+    if (opt_.backward || cfg_.loss.type == LossType::Model) return nullptr;
     return std::make_shared<TorchBatchView>(output_, aux_, target_, device_, opt_.sync);
   }
 
@@ -282,6 +369,24 @@ class TorchBackend : public Backend {
   }
 
   void reset_model() override { model_->reset(); }
+
+  // The loss forward returned (summed over its terms, as torchvision's recipe sums them).
+  LossResult model_loss() {
+    LossResult r;
+    try {
+      for (const auto& [name, term] : loss_terms_) {
+        if (!at::isfinite(term.detach()).all().item<bool>()) r.nonfinite_terms.push_back(name);
+      }
+      r.elements = 1;
+      r.value = output_.detach().to(at::kCPU).to(at::kDouble).item<double>();
+      if (!std::isfinite(r.value) || !r.nonfinite_terms.empty()) r.nonfinite = 1;
+      if (opt_.backward) loss_ = output_;
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = parse_error_text(exception_message(e)).message;
+    }
+    return r;
+  }
 
   std::string device() const override { return device_.str(); }
 
@@ -353,8 +458,9 @@ class TorchBackend : public Backend {
   // A batch read ahead: its tensors, and the finiteness check of its inputs.
   struct Staged {
     std::vector<int64_t> indices;
-    std::vector<at::Tensor> inputs;  // per input field
+    std::vector<c10::IValue> inputs;  // per input field: a tensor, or a list of samples (loader.collate.list)
     at::Tensor target;
+    c10::IValue target_list;  // loader.collate.list: the targets as a list of samples
     std::vector<std::optional<ValueStats>> input_stats;
     std::optional<LoadFailure> failure;  // then no inputs and an undefined target
   };
@@ -364,8 +470,16 @@ class TorchBackend : public Backend {
     Staged s;
     s.indices = indices;
     try {
-      for (std::size_t k = 0; k < data_->input_names().size(); ++k) s.inputs.push_back(data_->gather(static_cast<int>(k), indices));
-      s.target = data_->gather(kTargetField, indices);
+      const bool lists = cfg_.loader.collate.list;
+      for (std::size_t k = 0; k < data_->input_names().size(); ++k) {
+        const int field = static_cast<int>(k);
+        s.inputs.push_back(lists ? data_->gather_list(field, indices) : c10::IValue(data_->gather(field, indices)));
+      }
+      if (lists) {
+        s.target_list = data_->gather_list(kTargetField, indices);
+      } else {
+        s.target = data_->gather(kTargetField, indices);
+      }
     } catch (CollateError& e) {
       s.inputs.clear();
       s.target = at::Tensor();
@@ -378,19 +492,19 @@ class TorchBackend : public Backend {
       return s;
     }
     for (const auto& in : s.inputs) {
-      s.input_stats.push_back(at::isFloatingType(in.scalar_type()) ? std::optional<ValueStats>(check_tensor(for_kernel(in), ValueRule{}))
-                                                                   : std::nullopt);
+      s.input_stats.push_back(floating_value(in) ? std::optional<ValueStats>(check_value(in, ValueRule{})) : std::nullopt);
     }
     if (device_.is_cuda()) {
-      for (auto& in : s.inputs) in = in.to(device_);
+      for (auto& in : s.inputs) in = to_device(in, device_);
       if (s.target.defined()) s.target = s.target.to(device_);
+      s.target_list = to_device(s.target_list, device_);
     }
     return s;
   }
 
   const at::Tensor& tensor(Slot slot) const {
     switch (slot) {
-      case Slot::Input: return inputs_.empty() ? none_ : inputs_.front();
+      case Slot::Input: return inputs_.empty() || !inputs_.front().isTensor() ? none_ : inputs_.front().toTensor();
       case Slot::Output: return output_;
       case Slot::Target: return target_;
     }
@@ -418,9 +532,11 @@ class TorchBackend : public Backend {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<ModelRunner> model_;
-  std::vector<at::Tensor> inputs_;  // the input fields, in forward's order
+  std::vector<c10::IValue> inputs_;  // the input fields, in forward's order
   at::Tensor target_, output_, loss_, none_;
+  c10::IValue target_list_;  // loader.collate.list: the targets as a list of samples
   std::vector<at::Tensor> aux_;  // loss.aux's outputs
+  std::vector<std::pair<std::string, at::Tensor>> loss_terms_;  // loss type "model": forward's losses
   std::vector<std::optional<ValueStats>> input_stats_;  // per input field, when floating
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.

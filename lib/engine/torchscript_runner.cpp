@@ -48,8 +48,8 @@ std::string newer_operator_message(const std::string& load_error) {
 
 class TorchScriptRunner : public ModelRunner {
  public:
-  TorchScriptRunner(const ModelConfig& model, const c10::Device& device, const std::vector<std::string>& fields)
-      : path_(model.path), kind_(model.inputs_kind), fields_(fields) {
+  TorchScriptRunner(const ModelConfig& model, const c10::Device& device, const std::vector<std::string>& fields, bool lists)
+      : path_(model.path), kind_(model.inputs_kind), fields_(fields), lists_(lists) {
     require_model_file(path_, "a TorchScript file (torch.jit.save)");
     load(device, model.mode);
     auto method = module_.find_method("forward");
@@ -58,7 +58,7 @@ class TorchScriptRunner : public ModelRunner {
     find_frozen_mode_ops(*method);
   }
 
-  c10::IValue forward(const std::vector<at::Tensor>& inputs) override {
+  c10::IValue forward(const std::vector<c10::IValue>& inputs) override {
     switch (kind_) {
       case InputsKind::Named: {
         torch::jit::Kwargs kwargs;
@@ -67,13 +67,13 @@ class TorchScriptRunner : public ModelRunner {
       }
       case InputsKind::Record: {
         c10::Dict<std::string, at::Tensor> record;
-        for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k]);
+        for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k].toTensor());
         return module_.forward({record});
       }
       case InputsKind::Single:
       case InputsKind::Positional: break;
     }
-    return module_.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+    return module_.forward(inputs);
   }
   const ModelInfo& info() const override { return info_; }
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const override { return params_; }
@@ -112,7 +112,9 @@ class TorchScriptRunner : public ModelRunner {
     }
     const std::string takes = "takes " + std::to_string(required.size()) + " required input" + (required.size() == 1 ? "" : "s") +
                               " (" + join(names) + ")";
-    switch (kind_) {
+    // Single with the targets after the input (loss type "model") checks as two positional.
+    const InputsKind kind = kind_ == InputsKind::Single && fields_.size() > 1 ? InputsKind::Positional : kind_;
+    switch (kind) {
       case InputsKind::Single:
         if (required.size() != 1) {
           throw InputError(path_, "forward", takes + "; batchcheck feeds one input tensor unless model.inputs names the data fields "
@@ -149,6 +151,29 @@ class TorchScriptRunner : public ModelRunner {
         break;
       }
     }
+    if (kind == InputsKind::Record) return;
+    for (std::size_t k = 0; k < fields_.size(); ++k) {
+      const std::size_t arg = kind == InputsKind::Named ? index_of(names, args_[k]) : k;
+      if (arg >= names.size()) continue;
+      const c10::TypePtr& type = all[arg + 1].type();
+      const std::string which = "argument \"" + names[arg] + "\" (" + type->annotation_str() + ")";
+      if (takes_list(type) && !lists_) {
+        throw InputError(path_, "forward", which + " takes a list of per-sample tensors, as a detection DataLoader's "
+                                           "collate_fn=lambda b: tuple(zip(*b)) passes them: set loader.collate to {\"list\": true}");
+      }
+      if (!takes_list(type) && lists_ && type->kind() != c10::TypeKind::AnyType) {
+        throw InputError(path_, "forward", which + " does not take the list of samples loader.collate.list passes it");
+      }
+    }
+  }
+
+  static std::size_t index_of(const std::vector<std::string>& names, const std::string& name) {
+    return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  }
+
+  static bool takes_list(c10::TypePtr t) {
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    return t->kind() == c10::TypeKind::ListType;
   }
 
   void load(const c10::Device& device, Mode mode) {
@@ -217,6 +242,7 @@ class TorchScriptRunner : public ModelRunner {
   InputsKind kind_ = InputsKind::Single;
   std::vector<std::string> fields_;  // the input fields, in model.inputs order
   std::vector<std::string> args_;    // Named: the argument each field feeds
+  bool lists_ = false;               // loader.collate.list: each field comes as a list of samples
   torch::jit::Module module_;
   ModelInfo info_;
   std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
@@ -242,8 +268,8 @@ void load_operator_libraries(const ModelConfig& model) {
 }
 
 std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
-                                              const std::vector<std::string>& fields) {
-  return std::make_unique<TorchScriptRunner>(model, device, fields);
+                                              const std::vector<std::string>& fields, bool lists) {
+  return std::make_unique<TorchScriptRunner>(model, device, fields, lists);
 }
 
 }  // namespace batchcheck

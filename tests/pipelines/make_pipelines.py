@@ -456,6 +456,68 @@ def main():
         truth["case"] = "operator-library"
         cases.append(truth)
 
+    # A torchvision detection model, trained as torchvision's reference does: images of
+    # different sizes and a dict of boxes and labels per image, kept as lists by
+    # collate_fn=lambda b: tuple(zip(*b)); forward computes its own losses from the targets.
+    # Sample 9 has a box of zero width (torchvision raises), sample 18 a label past num_classes.
+    if libs:
+        # torchvision's Faster R-CNN (transform, RPN, RoI heads: nms, roi_align) on a small
+        # backbone and box head: seconds per epoch on 2 cores, on LibTorch 1.13's slow GEMM too.
+        from torchvision.models.detection import FasterRCNN
+        from torchvision.models.detection.anchor_utils import AnchorGenerator
+        from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+        from torchvision.ops import MultiScaleRoIAlign
+        torch.manual_seed(5)
+        backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                       torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.ReLU())
+        backbone.out_channels = 32
+        detector = FasterRCNN(backbone, min_size=64, max_size=96,
+                              rpn_anchor_generator=AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),)),
+                              box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2),
+                              box_head=TwoMLPHead(32 * 7 * 7, 64), box_predictor=FastRCNNPredictor(64, 3))
+        d = os.path.join(out, "detection")
+        os.makedirs(d, exist_ok=True)
+        torch.jit.script(detector).save(os.path.join(d, "model.pt"))
+        g = torch.Generator().manual_seed(9)
+        records = []
+        for i in range(24):
+            h, w = 48 + 8 * (i % 3), 64 - 8 * (i % 2)
+            n = 1 + i % 3
+            xy = torch.rand(n, 2, generator=g) * 20
+            boxes = torch.cat([xy, xy + 8 + torch.rand(n, 2, generator=g) * 16], 1)
+            labels = 1 + torch.randint(0, 2, (n,), generator=g)
+            if i == 9:
+                boxes[0, 2] = boxes[0, 0]
+            if i == 18:
+                labels[-1] = 7
+            records.append((torch.rand(3, h, w, generator=g), {"boxes": boxes, "labels": labels}))
+        torch.save(records, os.path.join(d, "data.pt"))
+        det_cfg = {"model": {"path": "model.pt", "libraries": [libs[0]], "output": 0}, "data": {"path": "data.pt"},
+                   "loader": {"batch_size": 4, "collate": {"list": True}}, "loss": {"type": "model"}}
+        for name, cfg in (("config.json", det_cfg),
+                          ("no-list.json", {**det_cfg, "loader": {"batch_size": 4}}),
+                          ("list-ce.json", {**det_cfg, "loss": {"type": "cross_entropy"}}),
+                          ("tensors.json", {"model": det_cfg["model"], "data": {"path": "../operator-library/data.pt"},
+                                            "loader": {"batch_size": 4}, "loss": {"type": "none"}})):
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(cfg, f, indent=1)
+        scripted_detector = torch.jit.load(os.path.join(d, "model.pt"))
+        scripted_detector.train()
+        failures = []
+        loader = DataLoader(Records(records), batch_size=4, collate_fn=lambda batch: tuple(zip(*batch)))
+        for b, (images, targets) in enumerate(loader):
+            try:
+                losses = scripted_detector(list(images), list(targets))[0]
+                loss = sum(losses.values())
+                if not torch.isfinite(loss):
+                    failures.append({"batch": b, "stage": "loss", "error": "loss is not finite"})
+                    continue
+                loss.backward()
+            except Exception as e:
+                failures.append({"batch": b, "stage": "forward", "error": str(e).strip().splitlines()[-1]})
+            scripted_detector.zero_grad()
+        cases.append({"case": "detection", "batches": b + 1, "failures": failures})
+
     # The export helper, from the user's own objects: it writes the scan, then the user's own
     # loader runs its epoch (the helper restored every RNG it drew from while recording).
     def exported(name, loader, **kw):
