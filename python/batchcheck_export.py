@@ -52,9 +52,12 @@ class _Indices(Dataset):
 
 
 def loss_config(loss):
-    """The batchcheck `loss` section for a torch.nn loss module (or None: type "none")."""
+    """The batchcheck `loss` section for a torch.nn loss module (None: type "none"; "model":
+    forward computes its own loss from the targets, as torchvision's detection models do)."""
     if loss is None:
         return {"type": "none"}
+    if isinstance(loss, str) and loss == "model":
+        return {"type": "model"}
     kinds = [(nn.CrossEntropyLoss, "cross_entropy"), (nn.NLLLoss, "nll"), (nn.BCEWithLogitsLoss, "bce_with_logits"),
              (nn.BCELoss, "bce"), (nn.MSELoss, "mse"), (nn.L1Loss, "l1"), (nn.SmoothL1Loss, "smooth_l1")]
     for cls, name in kinds:
@@ -176,6 +179,54 @@ def _write_data(folder, dataset, input_key, target_key):
             if name.startswith(("inputs.", "targets.")) and name.endswith((".npy", ".raw")):
                 os.remove(os.path.join(folder, name))
         return _write_pt(folder, dataset, input_key, target_key)
+
+
+def _write_lists(folder, dataset, input_key, target_key):
+    """For a list collate (detection): each sample's input and its target, a tensor or a dict
+    of tensors (boxes, labels), kept per sample in data.pt."""
+    n = len(dataset)
+    progress = _Progress(n, "reading the dataset")
+    xs, ys = [], []
+    for i in range(n):
+        x, y = _split(dataset[i], input_key, target_key)
+        xs.append(_tensor(x, "input", i))
+        if isinstance(y, dict):
+            ys.append({str(k): _tensor(v, "target", i) for k, v in y.items()})
+        elif y is not None:
+            ys.append(_tensor(y, "target", i))
+        progress(i + 1)
+    data = {"inputs": xs}
+    if ys:
+        data["targets"] = ys
+    torch.save(data, os.path.join(folder, "data.pt"))
+    return {"format": "pt", "path": "data.pt"}
+
+
+def _operator_libraries(scripted):
+    """torchvision's ops library when the model calls its operators (nms, roi_align): the
+    scan loads it before the model (model.libraries)."""
+    try:
+        graph = str(scripted.inlined_graph)
+    except Exception:
+        return []
+    if "torchvision::" not in graph:
+        return []
+    import glob
+    import torchvision
+    return sorted(glob.glob(os.path.join(os.path.dirname(torchvision.__file__), "_C*.so")))[:1]
+
+
+def _lists_collate(collate_fn, samples):
+    """Whether collate_fn leaves the batch as tuple(zip(*batch)): lists of the samples' own
+    fields (torchvision's detection recipe)."""
+    try:
+        out = collate_fn(samples)
+    except Exception:
+        return False
+    fields = list(zip(*samples))
+    return (isinstance(out, (tuple, list)) and len(out) == len(fields) and
+            all(isinstance(o, (tuple, list)) and len(o) == len(f) and all(a is b for a, b in zip(o, f))
+                for o, f in zip(out, fields)))
 
 
 def _write_pt(folder, dataset, input_key, target_key):
@@ -383,7 +434,11 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
     (batch_size=..., shuffle=..., sampler=..., drop_last=...) instead.
     output: the key (dict) or index (tuple) of the prediction when forward returns several
     outputs; aux: the extra outputs your loss adds, with their weights ({"aux": 0.5} for
-    loss(out["out"]) + 0.5 * loss(out["aux"]))."""
+    loss(out["out"]) + 0.5 * loss(out["aux"])).
+    loss: a torch.nn loss module, None (model checks only), or "model" when forward computes
+    its loss from the targets (torchvision's detection models: a loader whose collate_fn is
+    lambda b: tuple(zip(*b)) is then replayed as lists of samples; pass output=0 for a scripted
+    detector, which returns (losses, detections))."""
     if aux and output is None:
         raise ValueError("export_scan: aux needs output=, the key or index of the prediction itself")
     if loader is None:
@@ -399,13 +454,20 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
     n = len(dataset)
 
     custom_collate = loader.collate_fn is not default_collate
-    if custom_collate and not pad:
-        raise ValueError("export_scan: the loader has its own collate_fn; describe it with pad={'inputs': <padding value>} "
-                         "(pad_sequence(batch_first=True)) or use default_collate")
     order = None if _plain_sequential(loader) else _record_order(loader, n)
     first_indices = order[0] if order else list(range(min(n, loader.batch_size or 1)))
     samples = _first_batch(dataset, first_indices)
-    if pad:
+    lists = custom_collate and not pad and _lists_collate(loader.collate_fn, samples)
+    if lists and loss != "model" and loss is not None:
+        raise ValueError("export_scan: the loader keeps its batches as lists (tuple(zip(*batch))), which batchcheck's losses "
+                         "cannot take: pass loss=\"model\" when forward computes its loss from the targets (detection "
+                         "models), or loss=None")
+    if custom_collate and not pad and not lists:
+        raise ValueError("export_scan: the loader has its own collate_fn; describe it with pad={'inputs': <padding value>} "
+                         "(pad_sequence(batch_first=True)) or use default_collate")
+    if lists:
+        x = [_split(s, input_key, target_key)[0] for s in samples]
+    elif pad:
         x, _ = _pad_batch(samples, pad, input_key, target_key)
         if pad_to_multiple_of > 1 and x.dim() > 1 and x.size(1) % pad_to_multiple_of:
             widths = (0, 0) * (x.dim() - 2) + (0, pad_to_multiple_of - x.size(1) % pad_to_multiple_of)
@@ -425,8 +487,10 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
 
     scripted, how = _script_or_trace(model, x, mode)
     scripted.save(os.path.join(folder, "model.pt"))
-    data = _image_folder(dataset) if not pad else None
-    if data is None:
+    data = _image_folder(dataset) if not pad and not lists else None
+    if lists:
+        data = _write_lists(folder, dataset, input_key, target_key)
+    elif data is None:
         data = _write_data(folder, dataset, input_key, target_key)
 
     loader_cfg = {}
@@ -439,6 +503,8 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
         with open(os.path.join(folder, "order.json"), "w") as f:
             json.dump({"samples": n, "ranks": [order]}, f)
         loader_cfg["order"] = "order.json"
+    if lists:
+        loader_cfg["collate"] = {"list": True}
     if pad:
         loader_cfg["collate"] = {"pad": dict(pad)}
         if pad_to_multiple_of > 1:
@@ -446,6 +512,9 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
     config = {"model": {"path": "model.pt", "mode": mode}, "data": data, "loader": loader_cfg, "loss": loss_config(loss)}
     if output is not None:
         config["model"]["output"] = output
+    libraries = _operator_libraries(scripted)
+    if libraries:
+        config["model"]["libraries"] = libraries
     if aux:
         config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
     path = os.path.join(folder, "config.json")

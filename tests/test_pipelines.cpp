@@ -401,6 +401,13 @@ TEST_F(Pipelines, DetectionModelsTrainOnListsOfImagesAndTargets) {
   EXPECT_EQ(s.report["dataset"]["target_dtype"], "dict");
   EXPECT_EQ(s.report["dataset"]["input_shape"], Json::parse("[3, -1, -1]"));
 
+  // The export helper, from the user's detector and loader: the list collate, the model's own
+  // loss and torchvision's ops library declared, the same findings.
+  Scan exported = scan("export-detection");
+  EXPECT_EQ(exported.code, 1) << exported.err;
+  EXPECT_EQ(scan_failures(exported.report, "forward-error"), loop_failures(t, "forward"));
+  EXPECT_EQ(exported.report["findings"][0]["occurrences"], f["occurrences"]);
+
   // The summary shows the second cause under the first.
   const std::string dir = (dir_->path() / "detection").string();
   std::ostringstream sout, serr;

@@ -517,6 +517,7 @@ def main():
                 failures.append({"batch": b, "stage": "forward", "error": str(e).strip().splitlines()[-1]})
             scripted_detector.zero_grad()
         cases.append({"case": "detection", "batches": b + 1, "failures": failures})
+        export_scan(os.path.join(out, "export-detection"), detector, loader, loss="model", output=0)
 
     # The export helper, from the user's own objects: it writes the scan, then the user's own
     # loader runs its epoch (the helper restored every RNG it drew from while recording).
