@@ -181,27 +181,6 @@ def _write_data(folder, dataset, input_key, target_key):
         return _write_pt(folder, dataset, input_key, target_key)
 
 
-def _write_lists(folder, dataset, input_key, target_key):
-    """For a list collate (detection): each sample's input and its target, a tensor or a dict
-    of tensors (boxes, labels), kept per sample in data.pt."""
-    n = len(dataset)
-    progress = _Progress(n, "reading the dataset")
-    xs, ys = [], []
-    for i in range(n):
-        x, y = _split(dataset[i], input_key, target_key)
-        xs.append(_tensor(x, "input", i))
-        if isinstance(y, dict):
-            ys.append({str(k): _tensor(v, "target", i) for k, v in y.items()})
-        elif y is not None:
-            ys.append(_tensor(y, "target", i))
-        progress(i + 1)
-    data = {"inputs": xs}
-    if ys:
-        data["targets"] = ys
-    torch.save(data, os.path.join(folder, "data.pt"))
-    return {"format": "pt", "path": "data.pt"}
-
-
 def _operator_libraries(scripted):
     """torchvision's ops library when the model calls its operators (nms, roi_align): the
     scan loads it before the model (model.libraries)."""
@@ -229,20 +208,25 @@ def _lists_collate(collate_fn, samples):
                 for o, f in zip(out, fields)))
 
 
-def _write_pt(folder, dataset, input_key, target_key):
+def _write_pt(folder, dataset, input_key, target_key, lists=False):
+    """Every sample's input and target in data.pt, per sample. With a list collate
+    (detection) a target may be a dict of tensors (boxes, labels) and stays per sample."""
     n = len(dataset)
-    progress = _Progress(n, "reading the dataset again (samples of different shapes)")
+    progress = _Progress(n, "reading the dataset" if lists else "reading the dataset again (samples of different shapes)")
     xs, ys = [], []
     for i in range(n):
         x, y = _split(dataset[i], input_key, target_key)
         xs.append(_tensor(x, "input", i))
-        if y is not None:
+        if lists and isinstance(y, dict):
+            ys.append({str(k): _tensor(v, "target", i) for k, v in y.items()})
+        elif y is not None:
             ys.append(_tensor(y, "target", i))
         progress(i + 1)
     data = {"inputs": xs}
     if ys:
-        # Targets of one shape are stacked; varying ones stay per sample.
-        data["targets"] = torch.stack(ys) if len({tuple(t.shape) for t in ys}) == 1 else ys
+        # Targets of one shape are stacked (default_collate stacks them); varying ones stay per sample.
+        one_shape = not lists and len({tuple(t.shape) for t in ys}) == 1
+        data["targets"] = torch.stack(ys) if one_shape else ys
     torch.save(data, os.path.join(folder, "data.pt"))
     return {"format": "pt", "path": "data.pt"}
 
@@ -489,7 +473,7 @@ def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train
     scripted.save(os.path.join(folder, "model.pt"))
     data = _image_folder(dataset) if not pad and not lists else None
     if lists:
-        data = _write_lists(folder, dataset, input_key, target_key)
+        data = _write_pt(folder, dataset, input_key, target_key, lists=True)
     elif data is None:
         data = _write_data(folder, dataset, input_key, target_key)
 
