@@ -4,7 +4,11 @@
 #include <exception>
 #include <iostream>
 
+#include "core/catalog.h"
 #include "core/errors.h"
+#include "core/json_input.h"
+#include "core/scan_setup.h"
+#include "core/views.h"
 #include "core/suggest.h"
 #include "core/text.h"
 #include "core/info.h"
@@ -17,7 +21,7 @@ namespace batchcheck {
 
 namespace {
 
-const std::vector<std::string> kCommands = {"scan", "suggest"};
+const std::vector<std::string> kCommands = {"scan", "suggest", "explain", "render"};
 
 uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t min_value) {
   auto v = parse_u64(text);
@@ -46,9 +50,50 @@ double parse_seconds(const std::string& flag, const std::string& text) {
   return v;
 }
 
+// The views a scan or render writes: --junit, --markdown, --github; on GitHub Actions
+// (GITHUB_ACTIONS=true) the workflow commands and the step summary come without asking.
+struct ViewArgs {
+  std::string junit, markdown;
+  bool github = false;
+};
+
+ViewTargets view_targets(const ViewArgs& a) {
+  ViewTargets v;
+  if (!a.junit.empty()) v.junit = a.junit;
+  if (!a.markdown.empty()) v.markdown = a.markdown;
+  const char* actions = std::getenv("GITHUB_ACTIONS");
+  v.github = a.github || (actions && std::string(actions) == "true");
+  if (const char* summary = std::getenv("GITHUB_STEP_SUMMARY"); v.github && summary && *summary) v.github_summary = summary;
+  return v;
+}
+
+void add_view_options(CLI::App* cmd, ViewArgs& a) {
+  cmd->add_option("--junit", a.junit, "also write the report as JUnit XML to FILE (a testcase per check, per rank)")->type_name("FILE");
+  cmd->add_option("--markdown", a.markdown, "also write a markdown summary to FILE (verdict, findings, fixes)")->type_name("FILE");
+  cmd->add_flag("--github", a.github,
+                "print GitHub Actions annotations on stderr and append the summary to $GITHUB_STEP_SUMMARY "
+                "(automatic when GITHUB_ACTIONS=true)");
+}
+
+// `batchcheck render REPORT.json`: the views of a saved report; markdown on stdout when no
+// view is asked for.
+int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, std::ostream& err) {
+  // Views read values and arrays only, so the parser's key order does not matter.
+  const nlohmann::ordered_json report = nlohmann::ordered_json::parse(read_json_file(path, path).dump());
+  require_report(report, path);
+  ViewTargets v = view_targets(a);
+  if (!v.junit && !v.markdown && !v.github) {
+    out << markdown_view(report);
+    return 0;
+  }
+  deliver_views(v, report, err);
+  return 0;
+}
+
 struct ScanArgs {
   std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout;
   bool edges = false, quiet = false, verbose = false, no_backward = false;
+  ViewArgs views;
 };
 
 int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool interactive) {
@@ -80,6 +125,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.no_backward = a.no_backward;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
   cmd.progress = interactive;
+  cmd.views = view_targets(a.views);
   ScanOutcome o = run_scan_entry(cmd, out, err);
   if (!o.complete && o.signal) return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
   return o.failed ? 1 : 0;
@@ -150,6 +196,12 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)")->type_name("INT");
   suggest_cmd->add_flag("--json", sa.json, "print one JSON object instead of a table");
 
+  std::string explain_id;
+  CLI::App* explain_cmd = app.add_subcommand(
+      "explain", "What a finding id means: the PyTorch and CUDA errors it stands for, typical causes, the fixes\n"
+                 "the report offers. Without an id, every id with its severity.");
+  explain_cmd->add_option("id", explain_id, "a finding id from a report, e.g. target-out-of-range");
+
   ScanArgs sc;
   CLI::App* scan_cmd = app.add_subcommand(
       "scan", "Replay every batch of a training setup through its TorchScript model and check it against the loss.\n"
@@ -171,6 +223,15 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                      "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
   auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
   scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr")->excludes(quiet);
+  add_view_options(scan_cmd, sc.views);
+
+  std::string render_report;
+  ViewArgs rv;
+  CLI::App* render_cmd = app.add_subcommand(
+      "render", "Write the views of a saved report (batchcheck scan -o REPORT.json): JUnit XML, markdown, GitHub\n"
+                "annotations. Without a view option, prints the markdown summary. Exit 0 when rendered.");
+  render_cmd->add_option("report", render_report, "the JSON report")->required();
+  add_view_options(render_cmd, rv);
 
   try {
     check_command(args);
@@ -196,6 +257,11 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       return 2;
     }
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
+    if (render_cmd->parsed()) return run_render(render_report, rv, out, err);
+    if (explain_cmd->parsed()) {
+      out << (explain_id.empty() ? explain_all_text() : explain_text(explain_id));
+      return 0;
+    }
     if (scan_cmd->parsed()) return run_scan_cmd(sc, out, err, stderr_is_terminal(err));
     out << app.help();
     return 0;

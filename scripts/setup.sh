@@ -12,6 +12,7 @@ PACKAGES=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libjpeg-dev libpng-dev libwebp-dev
+  libxml2-utils
 )
 case $BC_TORCH in
   debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;

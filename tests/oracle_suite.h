@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "catalogued.h"
 #include "cli.h"
 #include "test_helpers.h"
 
@@ -66,6 +67,7 @@ class OracleSuite : public ::testing::Test {
     s.err = err.str();
     std::ifstream in(report_path);
     if (in) s.report = Json::parse(in);
+    expect_catalogued(s.report);
     return s;
   }
 

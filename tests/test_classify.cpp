@@ -21,6 +21,7 @@ TEST(Classify, ForwardErrors) {
   EXPECT_FALSE(is_dtype_mismatch_error("index out of range in self"));
   EXPECT_EQ(cuda_equivalent_of_forward_error("index out of range in self"), "Assertion `srcIndex < srcSelectDimSize` failed.");
   EXPECT_EQ(cuda_equivalent_of_forward_error("something else"), "");
+  EXPECT_EQ(cuda_equivalent_of_forward_error("Target 7 is out of bounds."), "Assertion `t >= 0 && t < n_classes` failed.");
 }
 
 namespace {

@@ -428,6 +428,8 @@ TEST(Config, LossAuxListsExtraOutputsWithTheirWeights) {
             R"(batchcheck: error: cfg.json: loss.aux: expected an object of extra outputs and their weights, e.g. {"aux": 0.5} (a dict key, or a tuple index as "1"), got an array)");
   EXPECT_EQ(error_of(text(R"("out")", R"({"out": 1})")),
             R"(batchcheck: error: cfg.json: loss.aux.out: is model.output, the prediction itself; list only the extra outputs)");
+  EXPECT_EQ(error_of(text("0", R"({"9223372036854775808": 1})")),
+            R"(batchcheck: error: cfg.json: loss.aux.9223372036854775808: is not an index of a tuple the model could return)");
   EXPECT_EQ(error_of(text("0", R"({"aux": 1})")),
             R"(batchcheck: error: cfg.json: loss.aux.aux: model.output is an index, so the model returns a tuple or list: name each extra output by its index ("1"))");
   EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"}, "loader": {"batch_size": 8},
@@ -444,6 +446,9 @@ TEST(Config, ListCollateAndTheModelsOwnLoss) {
   EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"path": "d.pt"},
                         "loader": {"batch_size": 4, "collate": {"list": true, "pad": {"inputs": 0}}}})"),
             R"(batchcheck: error: cfg.json: loader.collate.list: keeps each sample apart, so there is nothing to pad or mask: remove "pad" and "mask")");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt", "inputs": "record"}, "data": {"inputs": {"a": "a.npy"}, "targets": "y.npy"},
+                        "loader": {"batch_size": 4, "collate": {"list": true}}, "loss": {"type": "none"}})"),
+            R"(batchcheck: error: cfg.json: loader.collate.list: model.inputs "record" passes one Dict[str, Tensor] of batched fields; with lists of samples, list the fields)");
   EXPECT_EQ(error_of(R"({"model": {"path": "m.pt", "inputs": {"images": "inputs"}}, "data": {"path": "d.pt"},
                         "loader": {"batch_size": 4}, "loss": {"type": "model"}})"),
             R"(batchcheck: error: cfg.json: model.inputs: with loss type "model" the targets follow the inputs positionally (model(images, targets)): list the input fields)");

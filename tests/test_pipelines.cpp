@@ -351,6 +351,17 @@ TEST_F(Pipelines, ExtraOutputsAreCheckedAndJoinTheLoss) {
   EXPECT_EQ(f["samples"], Json::parse("[21]"));
   EXPECT_EQ(f["evidence"]["output"], "aux");
   EXPECT_EQ(f["message"].get<std::string>().rfind("output \"aux\": predictions hold ", 0), 0u) << f["message"];
+  // Its reproduce line computes the training loss, the aux term included.
+  bool reproduces = false;
+  for (const auto& fix : f["fixes"]) {
+    if (fix["id"] != "reproduce") continue;
+    reproduces = true;
+    EXPECT_NE(fix["code"].get<std::string>().find("outs = model(x); out = outs[\"out\"]; out_aux = outs[\"aux\"]; loss = "
+                                                  "nn.CrossEntropyLoss()(out, y) + 0.5 * nn.CrossEntropyLoss()(outs[\"aux\"], y)"),
+              std::string::npos)
+        << fix["code"];
+  }
+  EXPECT_TRUE(reproduces) << f["fixes"].dump();
 
   // The export helper, told the prediction and the extra output: the same scan.
   Scan exported = scan("export-aux-heads");
@@ -428,6 +439,15 @@ TEST_F(Pipelines, DetectionModelsTrainOnListsOfImagesAndTargets) {
             "batchcheck: error: " + dir + "/list-ce.json: loader.collate.list: batches stay lists of samples, which "
             "batchcheck's cross_entropy cannot compare with a prediction: set loss.type to \"model\" (forward computes its "
             "loss from the targets, as torchvision's detection models do) or \"none\"\n");
+  EXPECT_EQ(error_of("tensor-targets.json"),
+            "batchcheck: error: " + dir + "/model.pt: forward: argument \"targets\" (Optional[List[Dict[str, Tensor]]]) takes a dict per "
+            "sample (e.g. boxes and labels), but the field \"targets\" holds a tensor per sample\n");
+  EXPECT_EQ(error_of("eval.json"),
+            "batchcheck: error: " + dir + "/eval.json: model.output: forward returned no losses (an empty dict): torchvision's "
+            "detection models return their losses in train mode only; scan with model.mode \"train\"\n");
+  EXPECT_EQ(error_of("no-targets.json"),
+            "batchcheck: error: " + dir + "/no-targets.json: loss.type: \"model\" passes the targets to forward, which computes "
+            "the loss, but images.pt holds no targets\n");
   EXPECT_EQ(error_of("tensors.json"),
             "batchcheck: error: " + dir + "/model.pt: forward: argument \"images\" (List[Tensor]) takes a list of per-sample "
             "tensors, as a detection DataLoader's collate_fn=lambda b: tuple(zip(*b)) passes them: set loader.collate to "

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "catalogued.h"
 #include "cli.h"
 #include "core/npy.h"
 #include "engine/fixtures.h"
@@ -87,6 +88,7 @@ class Workspace {
     r.err = err.str();
     std::ifstream in(dir_.file("report.json"));
     if (in) r.report = Json::parse(in);
+    test_util::expect_catalogued(r.report);
     return r;
   }
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/catalog.h"
 #include "core/findings.h"
 #include "core/fixes.h"
 #include "core/suggest.h"
@@ -50,6 +51,16 @@ uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
 
 Aggregator::Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log)
     : cfg_(cfg), settings_(settings), log_(log), t0_(std::chrono::steady_clock::now()) {}
+
+namespace {
+
+// A later batch that raised something else under the same id (a bad box, then a bad label):
+// its message is kept. Counts and shapes that differ are the same cause.
+bool other_cause(const RecordEvent& r, const Finding& f) {
+  return r.evidence.contains("error") && f.evidence.contains("error") && r.evidence["error"] != f.evidence["error"];
+}
+
+}  // namespace
 
 void Aggregator::start(const ScanStart& s) {
   if (started_) return;  // a resumed replay announces the same scan again
@@ -138,7 +149,7 @@ void Aggregator::commit(const RecordEvent& r) {
     first_batch_.push_back(r.batch_indices);
     f = &findings_.back();
     f->id = r.id;
-    f->severity = Severity::Error;
+    f->severity = default_severity(r.id);
     f->rank = at.rank;
     f->batch = at.batch;
     f->probe = at.probe;
@@ -158,7 +169,7 @@ void Aggregator::commit(const RecordEvent& r) {
     ++f->occurrences_total;
     if (f->occurrences.size() < kOccurrenceCap) {
       f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json(),
-                                r.message != f->message ? r.message : std::string()});
+                                other_cause(r, *f) ? r.message : std::string()});
     }
   }
   // This batch's occurrence, unless it fell past the cap.
@@ -246,7 +257,7 @@ void Aggregator::mode_findings() {
   const char* traced_in = train ? "eval" : "train";
   Finding f;
   f.id = "trace-mode-mismatch";
-  f.severity = Severity::Warning;
+  f.severity = default_severity(f.id);
   f.stage = "model";
   f.message = "the model was traced in " + std::string(traced_in) + " mode: " + join(ops, " and ") +
               (frozen.total() == 1 ? " has" : " have") + " training=" + (train ? "False" : "True") + " frozen into the graph, so mode \"" + to_string(cfg_.model.mode) +

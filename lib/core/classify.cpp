@@ -53,6 +53,8 @@ std::string classify_forward_error(const std::string& message, uint64_t batch_si
 
 std::string cuda_equivalent_of_forward_error(const std::string& m) {
   if (contains(m, "index out of range in self")) return "Assertion `srcIndex < srcSelectDimSize` failed.";
+  // A loss inside forward (a detection head's cross_entropy) given a label past its classes.
+  if (contains(m, "Target ") && contains(m, " is out of bounds.")) return cuda_text::kClass;
   if (contains(m, "out of bounds for dimension") && contains(m, "gather")) {
     return "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.";
   }

@@ -263,8 +263,12 @@ void check_aux_outputs(const JsonObject& top, const Config& cfg) {
     loss.fail("aux", "needs model.output: the model returns several outputs, and model.output names the prediction among them");
   }
   for (const auto& [key, weight] : cfg.loss.aux) {
-    if (std::holds_alternative<int64_t>(*out) && !parse_u64(key[0] == '-' ? key.substr(1) : key)) {
-      loss.fail("aux." + key, "model.output is an index, so the model returns a tuple or list: name each extra output by its index (\"1\")");
+    if (std::holds_alternative<int64_t>(*out)) {
+      const auto magnitude = parse_u64(key[0] == '-' ? key.substr(1) : key);
+      if (!magnitude) {
+        loss.fail("aux." + key, "model.output is an index, so the model returns a tuple or list: name each extra output by its index (\"1\")");
+      }
+      if (*magnitude > 1000000) loss.fail("aux." + key, "is not an index of a tuple the model could return");
     }
     const bool same = std::holds_alternative<std::string>(*out) ? std::get<std::string>(*out) == key
                                                                 : std::to_string(std::get<int64_t>(*out)) == key;

@@ -305,6 +305,9 @@ void check_fields(const JsonObject& top, const Config& cfg) {
                           "targets, as torchvision's detection models do) or \"none\"");
     }
     if (m.format == ModelFormat::Pt2) co.fail("list", "a .pt2 program takes tensors, not lists of samples");
+    if (m.inputs_kind == InputsKind::Record) {
+      co.fail("list", "model.inputs \"record\" passes one Dict[str, Tensor] of batched fields; with lists of samples, list the fields");
+    }
   }
   if (!collate.masks.empty()) {
     const JsonObject masks = top.object("loader").object("collate").object("mask");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/catalog.h"
 #include "core/int128.h"
 #include "core/factor.h"
 #include "core/suggest.h"
@@ -26,10 +27,10 @@ std::string rank_phrase(const Geometry& g) {
          plural(g.samples_per_rank, "sample") + " per rank)";
 }
 
-Finding base(const char* id, Severity s, const std::vector<uint64_t>& ranks) {
+Finding base(const char* id, const std::vector<uint64_t>& ranks) {
   Finding f;
   f.id = id;
-  f.severity = s;
+  f.severity = default_severity(id);
   f.stage = "geometry";
   if (!ranks.empty()) f.rank = ranks.front();
   if (ranks.size() > 1) f.ranks = ranks;
@@ -51,7 +52,7 @@ void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks
   const RecordedOrder& o = *g.spec.recorded;
   const uint64_t last = g.batches_per_rank - 1, b = g.spec.batch_size;
   for (const bool single : {true, false}) {
-    Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", single ? Severity::Warning : Severity::Info, {});
+    Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", {});
     std::vector<uint64_t> hit;
     for (uint64_t r : ranks) {
       const auto& idx = o.ranks[r][last];
@@ -87,7 +88,7 @@ void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks
     out.push_back(f);
   }
   if (g.recorded_undelivered > 0) {
-    Finding f = base("samples-dropped", Severity::Info, ranks);
+    Finding f = base("samples-dropped", ranks);
     std::vector<bool> seen(g.spec.samples, false);
     for (const auto& rank : o.ranks) {
       for (const auto& batch : rank) {
@@ -184,7 +185,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
   std::vector<Finding> out;
 
   if (g.batches_per_rank == 0) {
-    Finding f = base("empty-loader", Severity::Error, ranks);
+    Finding f = base("empty-loader", ranks);
     if (s.samples == 0) {
       f.message = "the dataset holds no samples, so the loader yields no batch";
     } else if (g.recorded()) {
@@ -218,8 +219,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
   if (g.recorded()) recorded_findings(plan, ranks, out);
   if (!g.recorded() && !s.drop_last && tail != 0 && s.batch_size > 1) {
     const bool single = tail == 1;
-    Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", single ? Severity::Warning : Severity::Info,
-                     ranks);
+    Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", ranks);
     f.batch = last;
     f.batches = {last};
     // One occurrence per rank: samples are never merged across ranks.
@@ -250,7 +250,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
   }
 
   if (!g.recorded() && g.dropped_total() > 0) {
-    Finding f = base("samples-dropped", Severity::Info, ranks);
+    Finding f = base("samples-dropped", ranks);
     std::vector<std::string> parts;
     if (g.sampler_dropped) {
       parts.push_back("DistributedSampler(drop_last=True) cuts " + plural(g.sampler_dropped, "sample"));
@@ -276,7 +276,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
   if (g.padded_samples > 0) {
     // Padding slot k is global position N + k: rank (N + k) mod W at position (N + k) / W
     // of its stream. DataLoader(drop_last=True) may cut it before it is ever delivered.
-    Finding f = base("sampler-padding", Severity::Warning, {});
+    Finding f = base("sampler-padding", {});
     const uint64_t delivered_positions = s.drop_last ? g.full_batches * s.batch_size : g.samples_per_rank;
     std::vector<uint64_t> padded_ranks;
     uint64_t delivered = 0;
@@ -334,7 +334,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
 
   const uint64_t k = s.accumulation_steps;
   if (k > 1 && g.batches_per_rank % k != 0) {
-    Finding f = base("accumulation-partial-window", Severity::Warning, ranks);
+    Finding f = base("accumulation-partial-window", ranks);
     const uint64_t first = (g.windows - 1) * k;
     for (uint64_t b = first; b < g.batches_per_rank; ++b) f.batches.push_back(b);
     f.batch = first;

@@ -1,6 +1,7 @@
 #include "core/fixes.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/findings.h"
 #include "core/text.h"
@@ -10,6 +11,13 @@ namespace batchcheck {
 namespace {
 
 bool class_loss(LossType t) { return t == LossType::CrossEntropy || t == LossType::Nll; }
+
+// A Python name for an extra output: out_aux, out_1.
+std::string key_name(const std::string& key) {
+  std::string name = "out_";
+  for (char ch : key) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
+}
 
 std::string output_selector(const FixContext& c) {
   if (!c.output) return "";
@@ -37,11 +45,24 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
       code += "; loss = sum(out.values()) if isinstance(out, dict) else out";
       if (with_backward) code += "; loss.backward()";
     }
+  } else if (!c.loss.aux.empty()) {
+    // The extra outputs (loss.aux) join the loss as the training loop adds them.
+    code += "outs = model(x); out = outs" + output_selector(c);
+    if (f.evidence.contains("output") && f.evidence["output"].is_string()) {
+      const std::string key = f.evidence["output"].get<std::string>();
+      const bool index = std::holds_alternative<int64_t>(*c.output);
+      code += "; " + key_name(key) + " = outs[" + (index ? key : "\"" + key + "\"") + "]";
+    }
   } else {
     code += "out = model(x)" + output_selector(c);
   }
   if (with_loss && c.loss.type != LossType::None && c.loss.type != LossType::Model) {
-    code += "; loss = " + loss_constructor(c.loss) + "(out, y)";
+    const std::string loss = loss_constructor(c.loss);
+    code += "; loss = " + loss + "(out, y)";
+    for (const auto& [key, weight] : c.loss.aux) {
+      const bool index = std::holds_alternative<int64_t>(*c.output);
+      code += " + " + format_number(weight) + " * " + loss + "(outs[" + (index ? key : "\"" + key + "\"") + "], y)";
+    }
     if (with_backward) code += "; loss.backward()";
   }
   std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/views.h"
 
 namespace batchcheck {
 
@@ -82,6 +83,10 @@ Config prepare_scan_config(const ScanCommand& cmd) {
     check_writable(*cmd.output_path);
     refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
   }
+  check_view_targets(cmd.views);
+  for (const auto& view : {cmd.views.junit, cmd.views.markdown}) {
+    if (view) refuse_overwriting_inputs(*view, cmd.config_path, cfg);
+  }
 
   // Command-line flags override the config.
   if (cmd.device) {
@@ -120,7 +125,32 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
     // stdout closed or full: a gate whose report was lost must not pass.
     if (!out) throw InputError("<stdout>", "", "cannot write the report (standard output is closed or full); use -o FILE");
   }
+  deliver_views(cmd.views, result.report, err);
   if (cmd.verbosity >= 0) err << format_summary(result);
+}
+
+void check_view_targets(const ViewTargets& v) {
+  if (v.junit) check_writable(*v.junit);
+  if (v.markdown) check_writable(*v.markdown);
+}
+
+void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err) {
+  if (v.junit) write_file_atomically(*v.junit, junit_view(report));
+  if (v.markdown) write_file_atomically(*v.markdown, markdown_view(report));
+  if (!v.github) return;
+  for (const auto& line : github_commands(report)) err << line << "\n";
+  if (!v.github_summary || v.github_summary->empty()) return;
+  // GitHub takes 1 MiB of step summary per step: what the step wrote before counts.
+  constexpr std::uintmax_t kLimit = 1024 * 1024, kMargin = 4096;
+  std::error_code ec;
+  const std::uintmax_t used = std::filesystem::exists(*v.github_summary, ec) ? std::filesystem::file_size(*v.github_summary, ec) : 0;
+  if (ec || used + kMargin >= kLimit) {
+    err << "batchcheck: warning: " << *v.github_summary << " ($GITHUB_STEP_SUMMARY) has no room left for the summary\n";
+    return;
+  }
+  std::ofstream out(*v.github_summary, std::ios::app | std::ios::binary);
+  out << markdown_view(report, static_cast<std::size_t>(kLimit - kMargin - used)) << "\n";
+  if (!out) throw InputError(*v.github_summary, "$GITHUB_STEP_SUMMARY", std::string("cannot append the summary: ") + std::strerror(errno));
 }
 
 }  // namespace batchcheck

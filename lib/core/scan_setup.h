@@ -13,8 +13,16 @@
 
 namespace batchcheck {
 
+// The report's views besides the JSON (core/views.h), written after it.
+struct ViewTargets {
+  std::optional<std::string> junit, markdown;  // --junit FILE, --markdown FILE: written atomically
+  bool github = false;                          // --github, or GITHUB_ACTIONS=true: workflow commands on stderr
+  std::optional<std::string> github_summary;    // $GITHUB_STEP_SUMMARY with github: the markdown appended
+};
+
 struct ScanCommand {
   std::string config_path;
+  ViewTargets views;
   std::optional<std::string> output_path;  // "-" or unset: stdout
   FailOn fail_on = FailOn::Error;
   std::optional<std::string> device;
@@ -45,6 +53,11 @@ ScanSettings scan_settings(const ScanCommand& cmd);
 // Writes the report (stdout or -o, atomically) and the summary. Throws InputError when the
 // report cannot be delivered: a gate whose report was lost must not pass.
 void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostream& out, std::ostream& err);
+
+// Writes the views of `report` that `v` asks for. Throws InputError for a file it cannot write.
+void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err);
+// Throws InputError unless every view file can be written (before any work).
+void check_view_targets(const ViewTargets& v);
 
 // Writes `text` to `path` atomically: a temporary file beside it, then rename.
 void write_file_atomically(const std::string& path, const std::string& text);

@@ -36,7 +36,9 @@ std::string format_summary(const ScanResult& result) {
     int others = 0;
     for (const auto& o : f.occurrences) {
       if (o.message.empty() || !o.batch || ++others > 3) continue;
-      out << "    at batch " << *o.batch << ": " << o.message << "\n";
+      out << "    at batch " << *o.batch;
+      if (o.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *o.rank;
+      out << ": " << o.message << "\n";
     }
     if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
     for (const auto& fix : f.fixes) {

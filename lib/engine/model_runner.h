@@ -38,9 +38,10 @@ void load_operator_libraries(const ModelConfig& model);
 // Both throw InputError for a file that is not a loadable model of their format.
 // `fields`: what forward is fed, in order: the input fields (all of a record), then the
 // targets with loss type "model"; checked against forward's schema, where `lists` says they
-// come as lists of samples (loader.collate.list).
+// come as lists of samples (loader.collate.list) and `dicts` which hold a dict per sample.
 std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
-                                              const std::vector<std::string>& fields, bool lists);
+                                              const std::vector<std::string>& fields, bool lists,
+                                              const std::vector<bool>& dicts);
 std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device);
 
 }  // namespace batchcheck

@@ -88,6 +88,11 @@ SelectedOutputs model_losses(const c10::IValue& out, const Config& cfg) {
       r.loss_terms.emplace_back(item.key().isString() ? item.key().toStringRef() : "?", item.value().toTensor());
     }
   }
+  if (r.loss_terms.empty() && v.isGenericDict()) {
+    throw InputError(cfg.file, main.where,
+                     "forward returned no losses (an empty dict): torchvision's detection models return their losses in "
+                     "train mode only; scan with model.mode \"train\"");
+  }
   if (r.loss_terms.empty()) {
     throw InputError(cfg.file, main.where,
                      (cfg.model.output ? "selects " : "forward returns ") + describe(v) +
@@ -122,8 +127,19 @@ SelectedOutputs select_outputs(const c10::IValue& out, const Config& cfg) {
   for (const auto& [key, weight] : cfg.loss.aux) {
     const Selector s{cfg.file, "loss.aux." + key};
     std::variant<int64_t, std::string> sel = key;
-    // config.cpp accepted only integers for a tuple's index.
-    if (cfg.model.output && std::holds_alternative<int64_t>(*cfg.model.output)) sel = std::stoll(key);
+    if (cfg.model.output && std::holds_alternative<int64_t>(*cfg.model.output)) {
+      // config.cpp accepted only small integers for a tuple's index; -1 may name the same
+      // element as model.output's 1.
+      const int64_t idx = std::stoll(key), main_idx = std::get<int64_t>(*cfg.model.output);
+      const int64_t n = out.isTuple() ? static_cast<int64_t>(out.toTupleRef().elements().size())
+                        : out.isList() ? static_cast<int64_t>(out.toListRef().size())
+                                       : 0;
+      if (n > 0 && (idx % n + n) % n == (main_idx % n + n) % n) {
+        throw InputError(s.file, s.where, "is the same element of the model's " + std::to_string(n) +
+                                              " outputs as model.output, the prediction itself; list only the extra outputs");
+      }
+      sel = idx;
+    }
     at::Tensor t = selected_tensor(pick(out, sel, s), s);
     require_dense(t, cfg.model.path, "output \"" + key + "\"");
     r.aux.push_back(std::move(t));

@@ -223,10 +223,15 @@ class TorchBackend : public Backend {
     pick_device();
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Npy ? cfg.data.inputs_display : cfg.data.path_display);
     data_ = open_data_source(cfg);
+    if (cfg.loss.type == LossType::Model && !data_->has_targets()) {
+      throw InputError(cfg.file, "loss.type", "\"model\" passes the targets to forward, which computes the loss, but " +
+                                                  cfg.data.path_display + " holds no targets");
+    }
     if (opt.loading) opt.loading(cfg.model.path);
     load_operator_libraries(cfg.model);
     model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
-                                                  : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list);
+                                                  : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list,
+                                                                     dict_fields());
     // Loading reads whole archives into memory and frees them: give that back before the scan.
     ::malloc_trim(0);
   }
@@ -241,6 +246,14 @@ class TorchBackend : public Backend {
   }
 
   ModelInfo model() const override { return model_->info(); }
+
+  // Which of forward_fields() hold a dict per sample (a detection target's boxes and labels).
+  std::vector<bool> dict_fields() const {
+    std::vector<bool> dicts;
+    for (std::size_t k = 0; k < data_->input_names().size(); ++k) dicts.push_back(data_->sample_meta(static_cast<int>(k)).dtype == "dict");
+    if (cfg_.loss.type == LossType::Model) dicts.push_back(data_->sample_meta(kTargetField).dtype == "dict");
+    return dicts;
+  }
 
   // What forward is fed: the input fields, then the targets with loss type "model".
   std::vector<std::string> forward_fields() const {

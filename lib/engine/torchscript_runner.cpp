@@ -48,8 +48,9 @@ std::string newer_operator_message(const std::string& load_error) {
 
 class TorchScriptRunner : public ModelRunner {
  public:
-  TorchScriptRunner(const ModelConfig& model, const c10::Device& device, const std::vector<std::string>& fields, bool lists)
-      : path_(model.path), kind_(model.inputs_kind), fields_(fields), lists_(lists) {
+  TorchScriptRunner(const ModelConfig& model, const c10::Device& device, const std::vector<std::string>& fields, bool lists,
+                    const std::vector<bool>& dicts)
+      : path_(model.path), kind_(model.inputs_kind), fields_(fields), lists_(lists), dicts_(dicts) {
     require_model_file(path_, "a TorchScript file (torch.jit.save)");
     load(device, model.mode);
     auto method = module_.find_method("forward");
@@ -164,6 +165,17 @@ class TorchScriptRunner : public ModelRunner {
       if (!takes_list(type) && lists_ && type->kind() != c10::TypeKind::AnyType) {
         throw InputError(path_, "forward", which + " does not take the list of samples loader.collate.list passes it");
       }
+      if (takes_list(type) && lists_ && k < dicts_.size()) {
+        const c10::TypeKind element = list_element(type)->kind();
+        if (element == c10::TypeKind::DictType && !dicts_[k]) {
+          throw InputError(path_, "forward", which + " takes a dict per sample (e.g. boxes and labels), but the field \"" +
+                                                 fields_[k] + "\" holds a tensor per sample");
+        }
+        if (element == c10::TypeKind::TensorType && dicts_[k]) {
+          throw InputError(path_, "forward", which + " takes a tensor per sample, but the field \"" + fields_[k] +
+                                                 "\" holds a dict per sample");
+        }
+      }
     }
   }
 
@@ -174,6 +186,11 @@ class TorchScriptRunner : public ModelRunner {
   static bool takes_list(c10::TypePtr t) {
     if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
     return t->kind() == c10::TypeKind::ListType;
+  }
+
+  static c10::TypePtr list_element(c10::TypePtr t) {
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    return t->cast<c10::ListType>()->getElementType();  // takes_list(t) held
   }
 
   void load(const c10::Device& device, Mode mode) {
@@ -243,6 +260,7 @@ class TorchScriptRunner : public ModelRunner {
   std::vector<std::string> fields_;  // the input fields, in model.inputs order
   std::vector<std::string> args_;    // Named: the argument each field feeds
   bool lists_ = false;               // loader.collate.list: each field comes as a list of samples
+  std::vector<bool> dicts_;          // which fields hold a dict per sample
   torch::jit::Module module_;
   ModelInfo info_;
   std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
@@ -268,8 +286,9 @@ void load_operator_libraries(const ModelConfig& model) {
 }
 
 std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c10::Device& device,
-                                              const std::vector<std::string>& fields, bool lists) {
-  return std::make_unique<TorchScriptRunner>(model, device, fields, lists);
+                                              const std::vector<std::string>& fields, bool lists,
+                                              const std::vector<bool>& dicts) {
+  return std::make_unique<TorchScriptRunner>(model, device, fields, lists, dicts);
 }
 
 }  // namespace batchcheck

@@ -492,13 +492,17 @@ def main():
                 labels[-1] = 7
             records.append((torch.rand(3, h, w, generator=g), {"boxes": boxes, "labels": labels}))
         torch.save(records, os.path.join(d, "data.pt"))
+        torch.save({"inputs": [r[0] for r in records]}, os.path.join(d, "images.pt"))
         det_cfg = {"model": {"path": "model.pt", "libraries": [libs[0]], "output": 0}, "data": {"path": "data.pt"},
                    "loader": {"batch_size": 4, "collate": {"list": True}}, "loss": {"type": "model"}}
         for name, cfg in (("config.json", det_cfg),
                           ("no-list.json", {**det_cfg, "loader": {"batch_size": 4}}),
                           ("list-ce.json", {**det_cfg, "loss": {"type": "cross_entropy"}}),
                           ("tensors.json", {"model": det_cfg["model"], "data": {"path": "../operator-library/data.pt"},
-                                            "loader": {"batch_size": 4}, "loss": {"type": "none"}})):
+                                            "loader": {"batch_size": 4}, "loss": {"type": "none"}}),
+                          ("tensor-targets.json", {**det_cfg, "data": {"path": "../operator-library/data.pt"}}),
+                          ("eval.json", {**det_cfg, "model": {**det_cfg["model"], "mode": "eval"}}),
+                          ("no-targets.json", {**det_cfg, "data": {"path": "images.pt"}})):
             with open(os.path.join(d, name), "w") as f:
                 json.dump(cfg, f, indent=1)
         scripted_detector = torch.jit.load(os.path.join(d, "model.pt"))

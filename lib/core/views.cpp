@@ -1,0 +1,320 @@
+#include "core/views.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/catalog.h"
+#include "core/errors.h"
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+int severity_rank(const std::string& s) { return s == "error" ? 2 : s == "warning" ? 1 : s == "info" ? 0 : -1; }
+
+// The lowest severity that fails the gate; "never": none (rank 3).
+int fail_rank(const Json& report) {
+  const std::string f = report.value("fail_on", std::string("error"));
+  return f == "never" ? 3 : std::max(0, severity_rank(f));
+}
+
+std::string str(const Json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+// Valid UTF-8, bad bytes as U+FFFD: a model's error text or a file name may hold anything.
+std::string utf8_clean(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string xml_escape(const std::string& raw) {
+  std::string out;
+  for (char ch : utf8_clean(raw)) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 allows no control characters but tab, newline and carriage return.
+        if (c < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') out += '?';
+        else out += ch;
+    }
+  }
+  return out;
+}
+
+std::string where_text(const Json& f) {
+  std::string w;
+  if (f.contains("probe")) w = "probe batch of " + f["probe"].dump();
+  else if (f.contains("batch") && f["batch"].is_number()) w = "batch " + f["batch"].dump();
+  if (f.contains("rank") && f["rank"].is_number() && !f.contains("probe")) {
+    w = w.empty() ? "rank " + f["rank"].dump() : w + " (rank " + f["rank"].dump() + ")";
+  }
+  return w.empty() ? "-" : w;
+}
+
+std::string samples_text(const Json& f, std::size_t most) {
+  if (!f.contains("samples") || !f["samples"].is_array() || f["samples"].empty()) return "-";
+  std::string s;
+  std::size_t k = 0;
+  for (const auto& v : f["samples"]) {
+    if (k++ == most) {
+      s += ", ...";
+      break;
+    }
+    s += (s.empty() ? "" : ", ") + v.dump();
+  }
+  return s;
+}
+
+// The ranks a finding belongs to: its `ranks`, its `rank`, else the first checked rank (a
+// probe or a check of the model itself).
+std::vector<uint64_t> finding_ranks(const Json& f, uint64_t first) {
+  if (f.contains("ranks") && f["ranks"].is_array() && !f["ranks"].empty()) return f["ranks"].get<std::vector<uint64_t>>();
+  if (f.contains("rank") && f["rank"].is_number_integer() && f["rank"].get<int64_t>() >= 0) return {f["rank"].get<uint64_t>()};
+  return {first};
+}
+
+std::string failure_body(const Json& f) {
+  std::ostringstream b;
+  b << f.value("severity", std::string()) << " " << f.value("id", std::string()) << " at " << where_text(f)
+    << ", samples [" << samples_text(f, 32) << "]\n";
+  if (f.contains("occurrences")) {
+    for (const auto& o : f["occurrences"]) {
+      b << "  batch " << o["batch"].dump() << " of rank " << o["rank"].dump() << ": "
+        << plural(o.value("count", uint64_t{0}), "sample");
+      if (o.contains("message")) b << ": " << o["message"].get<std::string>();
+      b << "\n";
+    }
+  }
+  if (f.contains("cuda_equivalent") && f["cuda_equivalent"].is_string()) b << "on CUDA: " << f["cuda_equivalent"].get<std::string>() << "\n";
+  for (const auto& fix : f.value("fixes", Json::array())) {
+    b << "fix " << str(fix, "id") << ": " << (str(fix, "code").empty() ? str(fix, "title") : str(fix, "code")) << "\n";
+  }
+  return b.str();
+}
+
+}  // namespace
+
+void require_report(const nlohmann::ordered_json& report, const std::string& file) {
+  if (!report.is_object() || !report.contains("schema_version") || !report.contains("findings") ||
+      !report["findings"].is_array() || !report.contains("verdict")) {
+    throw InputError(file, "", "not a batchcheck report (the JSON `batchcheck scan -o` writes)");
+  }
+  for (std::size_t i = 0; i < report["findings"].size(); ++i) {
+    const Json& f = report["findings"][i];
+    if (!f.is_object() || !f.contains("id") || !f["id"].is_string() || !f.contains("severity") || !f["severity"].is_string() ||
+        !f.contains("message") || !f["message"].is_string()) {
+      throw InputError(file, "findings[" + std::to_string(i) + "]", "expected an object with id, severity and message");
+    }
+  }
+}
+
+std::string junit_view(const nlohmann::ordered_json& report) {
+  std::vector<uint64_t> ranks;
+  if (report.contains("batches") && report["batches"].contains("ranks") && report["batches"]["ranks"].is_array()) {
+    ranks = report["batches"]["ranks"].get<std::vector<uint64_t>>();
+  }
+  if (ranks.empty()) ranks = {0};
+  uint64_t world = 1;
+  if (report.contains("geometry") && report["geometry"].contains("world_size")) world = report["geometry"]["world_size"].get<uint64_t>();
+  const int fails_at = fail_rank(report);
+  const std::string config = str(report, "config");
+
+  // Per rank, per id: the findings, in report order.
+  std::map<uint64_t, std::map<std::string, std::vector<const Json*>>> by_rank;
+  for (const auto& f : report["findings"]) {
+    for (uint64_t r : finding_ranks(f, ranks.front())) {
+      // A rank that has no suite of its own (one suite for one rank, --rank R): the first.
+      if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) r = ranks.front();
+      auto& list = by_rank[r][f["id"].get<std::string>()];
+      if (std::find(list.begin(), list.end(), &f) == list.end()) list.push_back(&f);
+    }
+  }
+  const auto& catalog = finding_catalog();
+  std::ostringstream suites;
+  uint64_t total_tests = 0, total_failures = 0;
+  for (uint64_t r : ranks) {
+    std::ostringstream cases;
+    uint64_t failures = 0;
+    for (const auto& info : catalog) {
+      cases << "    <testcase classname=\"batchcheck." << xml_escape(info.stage) << "\" name=\"" << info.id << "\"";
+      const auto it = by_rank[r].find(info.id);
+      if (it == by_rank[r].end()) {
+        cases << "/>\n";
+        continue;
+      }
+      const std::vector<const Json*>& found = it->second;
+      const Json* failing = nullptr;
+      for (const Json* f : found) {
+        if (severity_rank((*f)["severity"].get<std::string>()) >= fails_at) {
+          failing = f;
+          break;
+        }
+      }
+      cases << ">\n";
+      if (failing) {
+        ++failures;
+        std::string body;
+        for (const Json* f : found) body += failure_body(*f);
+        cases << "      <failure message=\"" << xml_escape((*failing)["message"].get<std::string>()) << "\" type=\"" << info.id
+              << "\">" << xml_escape(body) << "</failure>\n";
+      } else {
+        // Below --fail-on: the check passes; what it saw is kept where CI shows a test's output.
+        std::string text;
+        for (const Json* f : found) text += (*f)["severity"].get<std::string>() + ": " + (*f)["message"].get<std::string>() + "\n";
+        cases << "      <system-out>" << xml_escape(text) << "</system-out>\n";
+      }
+      cases << "    </testcase>\n";
+    }
+    total_tests += catalog.size();
+    total_failures += failures;
+    const std::string name = world > 1 ? "batchcheck " + config + " (rank " + std::to_string(r) + ")" : "batchcheck " + config;
+    suites << "  <testsuite name=\"" << xml_escape(name) << "\" tests=\"" << catalog.size() << "\" failures=\"" << failures
+           << "\" errors=\"0\" skipped=\"0\">\n"
+           << cases.str() << "  </testsuite>\n";
+  }
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<testsuites name=\"batchcheck\" tests=\"" << total_tests << "\" failures=\"" << total_failures
+      << "\" errors=\"0\">\n"
+      << suites.str() << "</testsuites>\n";
+  return out.str();
+}
+
+namespace {
+
+std::string md_cell(const std::string& raw) {
+  std::string out;
+  for (char c : utf8_clean(raw)) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_bytes) {
+  const Json& s = report.value("summary", Json::object());
+  const std::string verdict = str(report, "verdict");
+  std::ostringstream head;
+  head << "## batchcheck: " << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : md_cell(verdict)) << " — `"
+       << md_cell(str(report, "config")) << "`\n\n";
+  head << plural(s.value("errors", uint64_t{0}), "error") << ", " << plural(s.value("warnings", uint64_t{0}), "warning") << ", "
+       << plural(s.value("infos", uint64_t{0}), "info");
+  if (report.contains("batches") && report["batches"].contains("checked")) {
+    head << "; " << plural(report["batches"]["checked"].get<uint64_t>(), "batch", "batches") << " checked on "
+         << md_cell(str(report, "device")) << " (" << md_cell(str(report, "mode")) << " mode)";
+  }
+  if (report.contains("complete") && report["complete"] == false) head << "; **interrupted**: not every batch was checked";
+  head << "; fails on " << md_cell(report.value("fail_on", std::string("error"))) << "\n\n";
+  const Json& findings = report["findings"];
+  if (findings.empty()) return head.str() + "No findings.\n";
+  head << "| severity | id | where | samples | message |\n| --- | --- | --- | --- | --- |\n";
+
+  std::string table, details;
+  std::size_t shown = 0;
+  const std::string foot_reserve(200, ' ');  // room for the line saying what was left out
+  for (const auto& f : findings) {
+    std::string row = "| " + md_cell(str(f, "severity")) + " | `" + md_cell(str(f, "id")) + "` | " + where_text(f) + " | " +
+                      samples_text(f, 8) + " | " + md_cell(str(f, "message")) + " |\n";
+    std::string detail;
+    const Json fixes = f.value("fixes", Json::array());
+    if (!fixes.empty()) {
+      detail = "<details><summary><code>" + md_cell(str(f, "id")) + "</code> at " + where_text(f) + ": fixes</summary>\n\n";
+      for (const auto& fix : fixes) {
+        detail += "- **" + md_cell(str(fix, "id")) + "**: " + md_cell(str(fix, "title")) + "\n";
+        const std::string code = utf8_clean(str(fix, "code"));
+        if (!code.empty()) detail += "\n  ```python\n  " + code + "\n  ```\n";
+      }
+      detail += "\n</details>\n";
+    }
+    if (head.str().size() + table.size() + row.size() + details.size() + detail.size() + foot_reserve.size() > max_bytes) break;
+    table += row;
+    details += detail;
+    ++shown;
+  }
+  std::string out = head.str() + table;
+  if (shown < findings.size()) {
+    out += "\n" + std::to_string(findings.size() - shown) + " more finding" + (findings.size() - shown == 1 ? "" : "s") +
+           " left out to keep this summary small: see the JSON report.\n";
+  }
+  if (!details.empty()) out += "\n" + details;
+  return out;
+}
+
+namespace {
+
+// Workflow command escaping: the message (data) and the properties.
+std::string gh_data(const std::string& s) {
+  std::string out;
+  for (char c : utf8_clean(s)) {
+    if (c == '%') out += "%25";
+    else if (c == '\r') out += "%0D";
+    else if (c == '\n') out += "%0A";
+    else out += c;
+  }
+  return out;
+}
+
+std::string gh_property(const std::string& s) {
+  std::string out;
+  for (char c : gh_data(s)) {
+    if (c == ':') out += "%3A";
+    else if (c == ',') out += "%2C";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> github_commands(const nlohmann::ordered_json& report) {
+  constexpr std::size_t kShown = 10;  // GitHub shows 10 errors and 10 warnings per step
+  const std::string config = str(report, "config");
+  std::vector<std::string> out;
+  std::map<std::string, std::size_t> count;
+  for (const char* severity : {"error", "warning", "info"}) {
+    const std::string command = std::string(severity) == "info" ? "notice" : severity;
+    for (const auto& f : report["findings"]) {
+      if (str(f, "severity") != severity) continue;
+      if (++count[severity] > kShown) continue;
+      const std::string title = "batchcheck " + str(f, "id") + " at " + where_text(f);
+      out.push_back("::" + command + " file=" + gh_property(config) + ",title=" + gh_property(title) + "::" +
+                    gh_data(str(f, "message")));
+    }
+  }
+  std::vector<std::string> hidden;
+  for (const char* severity : {"error", "warning", "info"}) {
+    if (count[severity] > kShown) hidden.push_back(plural(count[severity] - kShown, severity));
+  }
+  if (!hidden.empty()) {
+    out.push_back("::notice title=batchcheck::" + gh_data(join(hidden) + " more than GitHub shows: see the report"));
+  }
+  return out;
+}
+
+}  // namespace batchcheck
