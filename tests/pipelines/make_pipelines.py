@@ -492,7 +492,8 @@ def main():
                 labels[-1] = 7
             records.append((torch.rand(3, h, w, generator=g), {"boxes": boxes, "labels": labels}))
         torch.save(records, os.path.join(d, "data.pt"))
-        torch.save({"inputs": [r[0] for r in records]}, os.path.join(d, "images.pt"))
+        # Two keys: pickle writes a one-key dict with SETITEM, which LibTorch 1.13's unpickler lacks.
+        torch.save({"inputs": [r[0] for r in records], "ids": torch.arange(24)}, os.path.join(d, "images.pt"))
         det_cfg = {"model": {"path": "model.pt", "libraries": [libs[0]], "output": 0}, "data": {"path": "data.pt"},
                    "loader": {"batch_size": 4, "collate": {"list": True}}, "loss": {"type": "model"}}
         for name, cfg in (("config.json", det_cfg),
