@@ -70,11 +70,12 @@ struct AuxPlan {
   ContractPlan plan;
 };
 
-// Findings of an extra output carry its name: the ids are the prediction's.
-void name_output(std::vector<Emitted>& emitted, const std::string& key) {
+// Findings of one of several input fields, or of an extra output, carry its name ("field"
+// or "output"): the ids are those of the one input or the prediction.
+void name_part(std::vector<Emitted>& emitted, const char* part, const std::string& key) {
   for (auto& e : emitted) {
-    e.message = "output \"" + key + "\": " + e.message;
-    e.evidence["output"] = key;
+    e.message = std::string(part) + " \"" + key + "\": " + e.message;
+    e.evidence[part] = key;
   }
 }
 
@@ -217,12 +218,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     if (stats.ok()) continue;
     std::vector<Emitted> emitted;
     check_values(ctx, Slot::Input, *rule, input, view, emitted, &stats);
-    if (names.size() > 1) {
-      for (auto& e : emitted) {
-        e.message = "field \"" + names[k] + "\": " + e.message;
-        e.evidence["field"] = names[k];
-      }
-    }
+    if (names.size() > 1) name_part(emitted, "field", names[k]);
     apply(ctx, emitted);
   }
   const bool inputs_bad = batch_has_error_;
@@ -259,7 +255,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
       if (issue.id == "target-dtype") continue;  // the target's own: found with the prediction
       issues.push_back({issue.id, "output", issue.message, issue.evidence, all_rows(ctx.size()), ctx.size(), ""});
     }
-    name_output(issues, cfg_.loss.aux[k].first);
+    name_part(issues, "output", cfg_.loss.aux[k].first);
     apply(ctx, issues);
     aux.push_back(std::move(a));
   }
@@ -307,7 +303,7 @@ std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const Contrac
     std::vector<Emitted> found;
     check_values(ctx, Slot::Output, *aux[k].plan.output_rule, aux[k].meta, one, found, nullptr,
                  aux[k].plan.output_rows_are_samples);
-    name_output(found, cfg_.loss.aux[k].first);
+    name_part(found, "output", cfg_.loss.aux[k].first);
     for (auto& e : found) out.push_back(std::move(e));
   }
   if (!can_compute_loss || prior_error || !out.empty()) return out;
@@ -322,7 +318,7 @@ std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const Contrac
     AuxOutput one(view, k);
     if (auto e = loss_finding(one.loss(cfg_.loss), cfg_.loss, ctx.size(), class_stats)) {
       std::vector<Emitted> found{std::move(*e)};
-      name_output(found, cfg_.loss.aux[k].first);
+      name_part(found, "output", cfg_.loss.aux[k].first);
       out.push_back(std::move(found.front()));
       return out;
     }
