@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <fstream>
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -53,7 +54,7 @@ double parse_seconds(const std::string& flag, const std::string& text) {
 // The views a scan or render writes: --junit, --markdown, --github; on GitHub Actions
 // (GITHUB_ACTIONS=true) the workflow commands and the step summary come without asking.
 struct ViewArgs {
-  std::string junit, markdown;
+  std::string junit, markdown, html;
   bool github = false;
 };
 
@@ -61,6 +62,7 @@ ViewTargets view_targets(const ViewArgs& a) {
   ViewTargets v;
   if (!a.junit.empty()) v.junit = a.junit;
   if (!a.markdown.empty()) v.markdown = a.markdown;
+  if (!a.html.empty()) v.html = a.html;
   const char* actions = std::getenv("GITHUB_ACTIONS");
   v.github = a.github || (actions && std::string(actions) == "true");
   if (const char* summary = std::getenv("GITHUB_STEP_SUMMARY"); v.github && summary && *summary) v.github_summary = summary;
@@ -70,6 +72,9 @@ ViewTargets view_targets(const ViewArgs& a) {
 void add_view_options(CLI::App* cmd, ViewArgs& a) {
   cmd->add_option("--junit", a.junit, "also write the report as JUnit XML to FILE (a testcase per check, per rank)")->type_name("FILE");
   cmd->add_option("--markdown", a.markdown, "also write a markdown summary to FILE (verdict, findings, fixes)")->type_name("FILE");
+  cmd->add_option("--html", a.html,
+                  "also write a self-contained HTML report to FILE (verdict, batch strip, per-batch plots, findings with fixes)")
+      ->type_name("FILE");
   cmd->add_flag("--github", a.github,
                 "print GitHub Actions annotations on stderr and append the summary to $GITHUB_STEP_SUMMARY "
                 "(automatic when GITHUB_ACTIONS=true)");
@@ -78,11 +83,14 @@ void add_view_options(CLI::App* cmd, ViewArgs& a) {
 // `batchcheck render REPORT.json`: the views of a saved report; markdown on stdout when no
 // view is asked for.
 int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, std::ostream& err) {
-  // Views read values and arrays only, so the parser's key order does not matter.
-  const nlohmann::ordered_json report = nlohmann::ordered_json::parse(read_json_file(path, path).dump());
+  read_json_file(path, path);  // a readable file of valid JSON, or the error with its line and column
+  // Parsed again keeping the key order, so `render` prints what `scan` printed (evidence objects).
+  std::ifstream in(path, std::ios::binary);
+  const nlohmann::ordered_json report = nlohmann::ordered_json::parse(in);
   require_report(report, path);
   ViewTargets v = view_targets(a);
-  if (!v.junit && !v.markdown && !v.github) {
+  refuse_overwriting_report(v, path);
+  if (!v.junit && !v.markdown && !v.html && !v.github) {
     out << markdown_view(report);
     return 0;
   }
@@ -228,8 +236,8 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string render_report;
   ViewArgs rv;
   CLI::App* render_cmd = app.add_subcommand(
-      "render", "Write the views of a saved report (batchcheck scan -o REPORT.json): JUnit XML, markdown, GitHub\n"
-                "annotations. Without a view option, prints the markdown summary. Exit 0 when rendered.");
+      "render", "Write the views of a saved report (batchcheck scan -o REPORT.json): JUnit XML, markdown, HTML,\n"
+                "GitHub annotations. Without a view option, prints the markdown summary. Exit 0 when rendered.");
   render_cmd->add_option("report", render_report, "the JSON report")->required();
   add_view_options(render_cmd, rv);
 

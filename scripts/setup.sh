@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   libjpeg-dev libpng-dev libwebp-dev
   libxml2-utils
+  chromium-headless-shell fonts-dejavu-core
 )
 case $BC_TORCH in
   debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;

@@ -88,7 +88,13 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   r.count = 1;
   r.cuda = "Assertion `t >= 0 && t < n_classes` failed.";
   r.batch_indices = {6, 7};
-  StepEnd e{3, true, 2, BatchShapes{2, 2, meta({2, 3}, "float32"), meta({2, 10}, "float32"), meta({2}, "int64")}};
+  BatchStats stats;
+  stats.pred_min = -2.5;  // pred_max stays unknown: a prediction with no finite value
+  stats.pred_nonfinite = 20;
+  stats.loss_nonfinite = true;
+  stats.band_lo = 0;
+  stats.band_hi = 1;
+  StepEnd e{3, true, 2, BatchShapes{2, 2, meta({2, 3}, "float32"), meta({2, 10}, "float32"), meta({2}, "int64")}, stats};
 
   auto lines = lines_through_pipe([&](JournalWriter& w) {
     w.loading("data.pt");
@@ -130,6 +136,15 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   EXPECT_EQ(got.batch_indices, r.batch_indices);
   ASSERT_TRUE(rec.ends.at(0).shapes);
   EXPECT_EQ(rec.ends[0].shapes->output.shape, (std::vector<int64_t>{2, 10}));
+  ASSERT_TRUE(rec.ends[0].stats);
+  const BatchStats& st = *rec.ends[0].stats;
+  EXPECT_EQ(st.pred_min, -2.5);
+  EXPECT_FALSE(st.pred_max);
+  EXPECT_EQ(st.pred_nonfinite, 20u);
+  EXPECT_FALSE(st.loss);
+  EXPECT_TRUE(st.loss_nonfinite);
+  EXPECT_EQ(st.band_lo, 0.0);
+  EXPECT_EQ(st.band_hi, 1.0);
 }
 
 TEST(Journal, TornAndForeignLinesAreIgnored) {
@@ -189,7 +204,7 @@ TEST(Aggregator, AStepCountsOnlyWhenItEndsAndACrashReplacesIt) {
   };
   agg.begin({0, 0, 0, false, 2}, {0, 1});
   agg.record(rec(0, "output-nonfinite"));
-  agg.end({0, true, 2, std::nullopt});
+  agg.end({0, true, 2, std::nullopt, std::nullopt});
   // Step 1's findings arrive, then the process dies before it ends.
   agg.begin({1, 0, 1, false, 2}, {2, 3});
   agg.record(rec(1, "output-nonfinite"));
@@ -199,7 +214,7 @@ TEST(Aggregator, AStepCountsOnlyWhenItEndsAndACrashReplacesIt) {
   EXPECT_FALSE(agg.open_step());
   EXPECT_EQ(agg.watermark(), 2u);
   agg.begin({2, 0, 2, false, 2}, {4, 5});
-  agg.end({2, true, 2, std::nullopt});
+  agg.end({2, true, 2, std::nullopt, std::nullopt});
   agg.finish({true, false});
   ScanResult r = agg.result(agg.end_state());
   EXPECT_EQ(r.report["batches"]["checked"], 3);
@@ -210,4 +225,7 @@ TEST(Aggregator, AStepCountsOnlyWhenItEndsAndACrashReplacesIt) {
   EXPECT_EQ(r.findings[1].id, "forward-crash");
   EXPECT_EQ(r.findings[1].samples, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(r.findings[1].count, 2u);
+  // The plots count the crashed step as failed: every step once.
+  EXPECT_EQ(r.report["series"]["ranks"][0]["errors"], nlohmann::ordered_json::parse("[1, 1, 0]"));
+  EXPECT_EQ(r.report["series"]["ranks"][0]["batch"], nlohmann::ordered_json::parse("[0, 1, 2]"));
 }

@@ -4,6 +4,7 @@
 // must fail exactly at the batches where the loop raises, with the loop's own error text.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -364,6 +365,24 @@ TEST_F(Pipelines, ExtraOutputsAreCheckedAndJoinTheLoss) {
   EXPECT_TRUE(reproduces) << f["fixes"].dump();
 
   // The export helper, told the prediction and the extra output: the same scan.
+  // The report's per-batch series: the loop's training loss (out + 0.5 aux) and the range of
+  // its prediction, batch by batch; no loss where the loop's is NaN.
+  const Json& series = s.report["series"]["ranks"][0];
+  ASSERT_EQ(series["batch"].size(), t["losses"].size());
+  for (std::size_t b = 0; b < t["losses"].size(); ++b) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    if (t["losses"][b].is_null()) {
+      EXPECT_TRUE(series["loss_min"][b].is_null());
+    } else {
+      EXPECT_NEAR(series["loss_min"][b].get<double>(), t["losses"][b].get<double>(), 1e-4 * t["losses"][b].get<double>());
+    }
+    for (int k = 0; k < 2; ++k) {
+      const double want = t["preds"][b][k].get<double>();  // six significant digits in the report
+      EXPECT_NEAR(series[k ? "pred_max" : "pred_min"][b].get<double>(), want, 1e-4 * std::max(1.0, std::fabs(want)));
+    }
+    EXPECT_EQ(series["errors"][b], b == 2 ? 1 : 0);
+  }
+
   Scan exported = scan("export-aux-heads");
   EXPECT_EQ(exported.code, 1) << exported.err;
   EXPECT_EQ(exported.report["findings"], s.report["findings"]);

@@ -9,7 +9,9 @@
 
 #include "cli.h"
 #include "core/catalog.h"
+#include "core/html_view.h"
 #include "core/views.h"
+#include "synthetic_report.h"
 #include "test_helpers.h"
 
 using namespace batchcheck;
@@ -145,7 +147,10 @@ TEST(Views, RenderWritesTheViewsOfASavedReport) {
   const Json report = two_rank_report();
   std::ofstream(dir.file("report.json")) << report.dump(2, ' ', false, Json::error_handler_t::replace);
   std::ostringstream out, err;
-  ASSERT_EQ(run_cli({"render", dir.file("report.json"), "--junit", dir.file("r.xml"), "--markdown", dir.file("r.md")}, out, err), 0)
+  ASSERT_EQ(run_cli({"render", dir.file("report.json"), "--junit", dir.file("r.xml"), "--markdown", dir.file("r.md"), "--html",
+                     dir.file("r.html")},
+                    out, err),
+            0)
       << err.str();
   std::ifstream x(dir.file("r.xml")), m(dir.file("r.md"));
   std::stringstream xs, ms;
@@ -155,6 +160,18 @@ TEST(Views, RenderWritesTheViewsOfASavedReport) {
   EXPECT_EQ(xs.str(), junit_view(reread));
   EXPECT_EQ(ms.str(), markdown_view(reread));
   EXPECT_EQ(xmllint_schema(dir.file("r.xml")), "");
+  std::ifstream hf(dir.file("r.html"));
+  std::stringstream hs;
+  hs << hf.rdbuf();
+  EXPECT_EQ(hs.str(), html_view(reread));
+
+  // A view written over the report it renders: refused, the report intact.
+  std::ostringstream out5, err5;
+  EXPECT_EQ(run_cli({"render", dir.file("report.json"), "--html", dir.file("report.json")}, out5, err5), 2);
+  EXPECT_EQ(err5.str(), "batchcheck: error: " + dir.file("report.json") +
+                            ": --html: is the report being rendered: refusing to overwrite it\n");
+  std::ifstream again(dir.file("report.json"));
+  EXPECT_EQ(Json::parse(again), reread);
 
   // Without a view option: the markdown on stdout. On GitHub Actions: the annotations on stderr
   // and the summary appended to $GITHUB_STEP_SUMMARY.
@@ -180,4 +197,80 @@ TEST(Views, RenderWritesTheViewsOfASavedReport) {
   std::ostringstream out4, err4;
   EXPECT_EQ(run_cli({"render", dir.file("other.json")}, out4, err4), 2);
   EXPECT_EQ(err4.str(), "batchcheck: error: " + dir.file("other.json") + ": not a batchcheck report (the JSON `batchcheck scan -o` writes)\n");
+}
+
+namespace {
+
+// Debian's chromium-headless-shell (scripts/setup.sh installs it), or a chromium on PATH.
+std::string headless_browser() {
+  for (const char* name : {"chromium-headless-shell", "chromium", "chromium-browser"}) {
+    if (test_util::run_command(std::string("command -v ") + name + " >/dev/null 2>&1").status == 0) return name;
+  }
+  return "";
+}
+
+struct BrowserRun {
+  int status = -1;
+  std::string dom, console;  // the DOM after the page's scripts ran; its console messages
+};
+
+// Opens `page` from file:// with every host unresolvable: a page that fetched anything
+// would log a failed load on its console.
+BrowserRun open_in_browser(const std::string& browser, const std::string& page, const std::string& profile,
+                           const std::string& extra = "--dump-dom") {
+  const std::string log = profile + ".log";
+  const std::string cmd = "timeout 120 " + browser + " --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run " +
+                          "--user-data-dir=" + profile + " --host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr " +
+                          "--v=0 --hide-scrollbars " + extra + " file://" + page + " 2>" + log;
+  auto r = test_util::run_command(cmd);
+  BrowserRun out;
+  out.status = r.status;
+  out.dom = r.output;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(":CONSOLE") != std::string::npos) out.console += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+// The HTML report of the seed sample (a real scan) and of a million-batch report, opened in a
+// real headless browser: the page's script runs without a console message, every part is there,
+// and a screenshot is saved (the README's, by scripts/screenshot.sh).
+TEST(Views, HtmlReportsRenderInAHeadlessBrowser) {
+  const std::string browser = headless_browser();
+  if (browser.empty()) GTEST_SKIP() << "no headless chromium (scripts/setup.sh installs chromium-headless-shell)";
+  test_util::TempDir dir("html");
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/segmentation_tail.json", "-q", "-o", dir.file("seed.json"),
+                     "--html", dir.file("seed.html")},
+                    out, err),
+            1)
+      << err.str();
+  const std::string large = html_view(test_util::synthetic_report(500000));
+  ASSERT_LE(large.size(), 5u * 1000 * 1000);
+  std::ofstream(dir.file("large.html")) << large;
+
+  for (const char* name : {"seed", "large"}) {
+    SCOPED_TRACE(name);
+    const BrowserRun run = open_in_browser(browser, dir.file(std::string(name) + ".html"), dir.file(std::string(name) + "-profile"));
+    ASSERT_EQ(run.status, 0);
+    EXPECT_EQ(run.console, "");
+    EXPECT_NE(run.dom.find("data-rendered=\"ok\""), std::string::npos) << "the page's script did not finish";
+    for (const char* part : {"id=\"verdict\"", "id=\"strip\"", "id=\"plot-size\"", "id=\"plot-prediction\"",
+                             "id=\"plot-nonfinite\"", "id=\"plot-loss\"", "class=\"finding error\"", "class=\"copy\""}) {
+      EXPECT_NE(run.dom.find(part), std::string::npos) << part;
+    }
+  }
+  const std::string shot = BATCHCHECK_BINARY_DIR "/html-report.png";
+  std::remove(shot.c_str());
+  const BrowserRun run = open_in_browser(browser, dir.file("seed.html"), dir.file("shot-profile"),
+                                         "--window-size=1200,1900 --screenshot=" + shot);
+  ASSERT_EQ(run.status, 0);
+  EXPECT_EQ(run.console, "");
+  std::ifstream png(shot, std::ios::binary);
+  std::string head(8, '\0');
+  png.read(head.data(), 8);
+  EXPECT_EQ(head, "\x89PNG\r\n\x1a\n") << shot;
 }

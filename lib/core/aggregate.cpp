@@ -66,6 +66,7 @@ void Aggregator::start(const ScanStart& s) {
   if (started_) return;  // a resumed replay announces the same scan again
   started_ = true;
   start_ = s;
+  series_.reset(s.ranks.size(), s.ranks.empty() ? 0 : s.replay_steps / s.ranks.size());
   mode_findings();
   if (settings_.verbosity > 0) {
     log_ << "batchcheck: " << s.data.samples << " samples, checking " << s.replay_steps << " batches on " << s.device
@@ -78,14 +79,23 @@ void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) {
 void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
 
 void Aggregator::end(const StepEnd& e) {
+  std::optional<Severity> worst;
   auto it = pending_.find(e.step);
   if (it != pending_.end()) {
-    for (const auto& r : it->second) commit(r);
+    for (const auto& r : it->second) {
+      commit(r);
+      const Severity s = default_severity(r.id);
+      if (!worst || s > *worst) worst = s;
+    }
     pending_.erase(it);
   }
   auto open = open_.find(e.step);
   const bool probe = open != open_.end() && open->second.first.probe;
-  if (open != open_.end()) open_.erase(open);
+  if (open != open_.end()) {
+    const StepInfo& at = open->second.first;
+    if (!probe && at.batch && e.step < start_.replay_steps) series_.add(e.step, *at.batch, e.size, e.stats, worst);
+    open_.erase(open);
+  }
   ended_above_.insert(e.step);
   while (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
     ended_above_.erase(ended_above_.begin());
@@ -349,6 +359,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                   {"ranks", start_.ranks},
                   {"first", first_ ? shapes_json(*first_) : nlohmann::ordered_json()},
                   {"last", last_ ? shapes_json(*last_) : nlohmann::ordered_json()}};
+  r["series"] = series_.to_json(start_.ranks);
   r["findings"] = nlohmann::ordered_json::array();
   for (const auto& f : findings_) r["findings"].push_back(to_json(f));
   SuggestRequest sr;

@@ -17,6 +17,7 @@
 #include "core/geometry.h"
 #include "core/scan.h"
 #include "core/scan_events.h"
+#include "core/series.h"
 
 namespace batchcheck {
 
@@ -73,6 +74,7 @@ class Aggregator : public ScanSink {
   uint64_t done_ = 0;                             // replay steps ended
   uint64_t largest_ok_ = 0;
   std::optional<BatchShapes> first_, last_;
+  Series series_;  // per-batch statistics for the report's plots
   std::vector<std::string> extra_notes_;
   std::chrono::steady_clock::time_point t0_, last_draw_;
 };

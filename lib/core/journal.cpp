@@ -207,7 +207,15 @@ void JournalWriter::end(const StepEnd& e) {
     shapes = {{"index", e.shapes->index}, {"size", e.shapes->size}, {"input", meta_json(e.shapes->input)},
               {"output", meta_json(e.shapes->output)}, {"target", meta_json(e.shapes->target)}};
   }
-  write({{"e", "end"}, {"step", e.step}, {"forward_ok", e.forward_ok}, {"size", e.size}, {"shapes", shapes}});
+  json stats;
+  if (e.stats) {
+    const BatchStats& b = *e.stats;
+    stats = {{"pred", {opt(b.pred_min), opt(b.pred_max)}}, {"nonfinite", b.pred_nonfinite},
+             {"loss", opt(b.loss)}, {"loss_nonfinite", b.loss_nonfinite},
+             {"band", {opt(b.band_lo), opt(b.band_hi)}}};
+  }
+  write({{"e", "end"}, {"step", e.step}, {"forward_ok", e.forward_ok}, {"size", e.size}, {"shapes", shapes},
+         {"stats", stats}});
 }
 
 void JournalWriter::finish(const ScanEnd& e) {
@@ -268,6 +276,18 @@ JournalLine apply_journal_line(const std::string& line, ScanSink& sink) {
       if (!sh.is_null()) {
         s.shapes = BatchShapes{sh.at("index").get<uint64_t>(), sh.at("size").get<uint64_t>(), meta_of(sh.at("input")),
                                meta_of(sh.at("output")), meta_of(sh.at("target"))};
+      }
+      const json& st = j.at("stats");
+      if (!st.is_null()) {
+        BatchStats b;
+        b.pred_min = opt_of<double>(st.at("pred").at(0));
+        b.pred_max = opt_of<double>(st.at("pred").at(1));
+        b.pred_nonfinite = st.at("nonfinite").get<uint64_t>();
+        b.loss = opt_of<double>(st.at("loss"));
+        b.loss_nonfinite = st.at("loss_nonfinite").get<bool>();
+        b.band_lo = opt_of<double>(st.at("band").at(0));
+        b.band_hi = opt_of<double>(st.at("band").at(1));
+        s.stats = b;
       }
       sink.end(s);
     } else if (e == "finish") {

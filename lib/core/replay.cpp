@@ -79,12 +79,18 @@ void name_part(std::vector<Emitted>& emitted, const char* part, const std::strin
   }
 }
 
+// The post-forward stage's findings, and what it saw for the report's plots.
+struct PostResult {
+  std::vector<Emitted> emitted;
+  BatchStats stats;
+};
+
 // A batch whose post-forward stage runs on the worker.
 struct PendingPost {
   std::vector<int64_t> indices;
   BatchContext ctx;
   StepEnd end;
-  std::future<std::vector<Emitted>> result;
+  std::future<PostResult> result;
 };
 
 class Replayer {
@@ -102,10 +108,11 @@ class Replayer {
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
-  void check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
-                    std::vector<Emitted>& out, const ValueStats* stats = nullptr, bool rows_are_samples = true) const;
+  ValueStats check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
+                          BatchView& view, std::vector<Emitted>& out, const ValueStats* stats = nullptr,
+                          bool rows_are_samples = true) const;
   // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
-  std::vector<Emitted> post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
+  PostResult post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
                                   const TensorMeta& output, const TensorMeta& target, BatchView& view,
                                   bool prior_error) const;
   void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
@@ -134,7 +141,7 @@ class Replayer {
   std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
   std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
   std::unique_ptr<PendingPost> pending_;
-  std::unique_ptr<Worker<std::vector<Emitted>>> worker_;
+  std::unique_ptr<Worker<PostResult>> worker_;
 };
 
 void Replayer::record(const BatchContext& ctx, const std::string& id, const std::string& stage,
@@ -163,12 +170,13 @@ void Replayer::record(const BatchContext& ctx, const std::string& id, const std:
   sink_.record(std::move(ev));
 }
 
-void Replayer::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                            BatchView& view, std::vector<Emitted>& out, const ValueStats* stats,
-                            bool rows_are_samples) const {
+ValueStats Replayer::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
+                                  BatchView& view, std::vector<Emitted>& out, const ValueStats* stats,
+                                  bool rows_are_samples) const {
   ValueStats s = stats ? *stats : view.check(slot, rule);
-  if (s.ok()) return;
+  if (s.ok()) return s;
   for (auto& e : value_findings(slot, rule, meta, view, s, cfg_.loss, ctx.size(), rows_are_samples)) out.push_back(std::move(e));
+  return s;
 }
 
 StepEnd Replayer::step_end(const BatchContext& ctx, bool forward_ok) const {
@@ -265,13 +273,16 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
   if (!view) {
     CurrentBatch current(backend_);
-    apply(ctx, post_stage(ctx, plan, aux, output, target, current, prior_error));
+    PostResult post = post_stage(ctx, plan, aux, output, target, current, prior_error);
+    apply(ctx, post.emitted);
     // The loss was computed and is finite exactly when nothing was found in this batch.
     if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
-    sink_.end(step_end(ctx, true));
+    StepEnd end = step_end(ctx, true);
+    end.stats = post.stats;
+    sink_.end(end);
     return;
   }
-  if (!worker_) worker_ = std::make_unique<Worker<std::vector<Emitted>>>();
+  if (!worker_) worker_ = std::make_unique<Worker<PostResult>>();
   pending_ = std::make_unique<PendingPost>();
   pending_->indices = *ctx.indices;
   pending_->ctx = ctx;
@@ -283,12 +294,22 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   });
 }
 
-std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan,
-                                         const std::vector<AuxPlan>& aux, const TensorMeta& output,
-                                         const TensorMeta& target, BatchView& view, bool prior_error) const {
-  std::vector<Emitted> out;
+PostResult Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
+                                const TensorMeta& output, const TensorMeta& target, BatchView& view,
+                                bool prior_error) const {
+  PostResult result;
+  std::vector<Emitted>& out = result.emitted;
+  BatchStats& stats = result.stats;
   if (plan.output_rule) {
-    check_values(ctx, Slot::Output, *plan.output_rule, output, view, out, nullptr, plan.output_rows_are_samples);
+    const ValueStats s =
+        check_values(ctx, Slot::Output, *plan.output_rule, output, view, out, nullptr, plan.output_rows_are_samples);
+    if (s.elements > s.nan + s.inf) {
+      stats.pred_min = s.min;
+      stats.pred_max = s.max;
+    }
+    stats.pred_nonfinite = s.nan + s.inf;
+    stats.band_lo = plan.output_rule->lo;
+    stats.band_hi = plan.output_rule->hi;
   }
   std::optional<ValueStats> target_stats;
   if (plan.target_rule) {
@@ -306,24 +327,31 @@ std::vector<Emitted> Replayer::post_stage(const BatchContext& ctx, const Contrac
     name_part(found, "output", cfg_.loss.aux[k].first);
     for (auto& e : found) out.push_back(std::move(e));
   }
-  if (!can_compute_loss || prior_error || !out.empty()) return out;
+  if (!can_compute_loss || prior_error || !out.empty()) return result;
 
   const ValueStats* class_stats = plan.class_targets && target_stats ? &*target_stats : nullptr;
-  if (auto e = loss_finding(view.loss(cfg_.loss), cfg_.loss, ctx.size(), class_stats)) {
+  const LossResult loss = view.loss(cfg_.loss);
+  stats.loss_nonfinite = loss.ok && loss.nonfinite > 0;
+  if (auto e = loss_finding(loss, cfg_.loss, ctx.size(), class_stats)) {
     out.push_back(std::move(*e));
-    return out;
+    return result;
   }
+  double total = loss.value;
   // The training loss sums them: a non-finite extra loss makes it non-finite.
   for (std::size_t k = 0; k < aux.size(); ++k) {
     AuxOutput one(view, k);
-    if (auto e = loss_finding(one.loss(cfg_.loss), cfg_.loss, ctx.size(), class_stats)) {
+    const LossResult extra = one.loss(cfg_.loss);
+    stats.loss_nonfinite = extra.ok && extra.nonfinite > 0;
+    if (auto e = loss_finding(extra, cfg_.loss, ctx.size(), class_stats)) {
       std::vector<Emitted> found{std::move(*e)};
       name_part(found, "output", cfg_.loss.aux[k].first);
       out.push_back(std::move(found.front()));
-      return out;
+      return result;
     }
+    total += cfg_.loss.aux[k].second * extra.value;
   }
-  return out;
+  if (loss.ok) stats.loss = total;
+  return result;
 }
 
 void Replayer::apply(const BatchContext& ctx, const std::vector<Emitted>& emitted) {
@@ -334,7 +362,9 @@ void Replayer::collect_pending() {
   if (!pending_) return;
   std::unique_ptr<PendingPost> p = std::move(pending_);
   const bool had_error = batch_has_error_;
-  apply(p->ctx, p->result.get());
+  PostResult post = p->result.get();
+  apply(p->ctx, post.emitted);
+  p->end.stats = post.stats;
   sink_.end(p->end);
   batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
 }

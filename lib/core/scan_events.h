@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "core/report.h"
+#include "core/series.h"
 
 namespace batchcheck {
 
@@ -59,6 +60,7 @@ struct StepEnd {
   bool forward_ok = false;
   uint64_t size = 0;
   std::optional<BatchShapes> shapes;  // replay steps of the first rank: the report's first/last batch
+  std::optional<BatchStats> stats;    // the post-forward stage's, for the report's plots
 };
 
 struct ScanEnd {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/html_view.h"
 #include "core/views.h"
 
 namespace batchcheck {
@@ -84,7 +85,7 @@ Config prepare_scan_config(const ScanCommand& cmd) {
     refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
   }
   check_view_targets(cmd.views);
-  for (const auto& view : {cmd.views.junit, cmd.views.markdown}) {
+  for (const auto& view : {cmd.views.junit, cmd.views.markdown, cmd.views.html}) {
     if (view) refuse_overwriting_inputs(*view, cmd.config_path, cfg);
   }
 
@@ -132,11 +133,23 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
 void check_view_targets(const ViewTargets& v) {
   if (v.junit) check_writable(*v.junit);
   if (v.markdown) check_writable(*v.markdown);
+  if (v.html) check_writable(*v.html);
+}
+
+void refuse_overwriting_report(const ViewTargets& v, const std::string& report) {
+  namespace fs = std::filesystem;
+  for (const auto& [view, flag] : {std::pair{v.junit, "--junit"}, {v.markdown, "--markdown"}, {v.html, "--html"}}) {
+    std::error_code ec;
+    if (view && fs::exists(*view, ec) && fs::equivalent(*view, report, ec) && !ec) {
+      throw InputError(*view, flag, "is the report being rendered: refusing to overwrite it");
+    }
+  }
 }
 
 void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err) {
   if (v.junit) write_file_atomically(*v.junit, junit_view(report));
   if (v.markdown) write_file_atomically(*v.markdown, markdown_view(report));
+  if (v.html) write_file_atomically(*v.html, html_view(report));
   if (!v.github) return;
   for (const auto& line : github_commands(report)) err << line << "\n";
   if (!v.github_summary || v.github_summary->empty()) return;

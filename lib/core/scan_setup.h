@@ -15,7 +15,7 @@ namespace batchcheck {
 
 // The report's views besides the JSON (core/views.h), written after it.
 struct ViewTargets {
-  std::optional<std::string> junit, markdown;  // --junit FILE, --markdown FILE: written atomically
+  std::optional<std::string> junit, markdown, html;  // --junit, --markdown, --html FILE: written atomically
   bool github = false;                          // --github, or GITHUB_ACTIONS=true: workflow commands on stderr
   std::optional<std::string> github_summary;    // $GITHUB_STEP_SUMMARY with github: the markdown appended
 };
@@ -58,6 +58,8 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
 void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err);
 // Throws InputError unless every view file can be written (before any work).
 void check_view_targets(const ViewTargets& v);
+// Throws InputError when a view file is `report` itself (render would overwrite its input).
+void refuse_overwriting_report(const ViewTargets& v, const std::string& report);
 
 // Writes `text` to `path` atomically: a temporary file beside it, then rename.
 void write_file_atomically(const std::string& path, const std::string& text);

@@ -7,86 +7,13 @@
 #include "core/catalog.h"
 #include "core/errors.h"
 #include "core/text.h"
+#include "core/view_text.h"
 
 namespace batchcheck {
 
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-int severity_rank(const std::string& s) { return s == "error" ? 2 : s == "warning" ? 1 : s == "info" ? 0 : -1; }
-
-// The lowest severity that fails the gate; "never": none (rank 3).
-int fail_rank(const Json& report) {
-  const std::string f = report.value("fail_on", std::string("error"));
-  return f == "never" ? 3 : std::max(0, severity_rank(f));
-}
-
-std::string str(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
-}
-
-// Valid UTF-8, bad bytes as U+FFFD: a model's error text or a file name may hold anything.
-std::string utf8_clean(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
-    if (ok) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
-
-std::string xml_escape(const std::string& raw) {
-  std::string out;
-  for (char ch : utf8_clean(raw)) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 allows no control characters but tab, newline and carriage return.
-        if (c < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') out += '?';
-        else out += ch;
-    }
-  }
-  return out;
-}
-
-std::string where_text(const Json& f) {
-  std::string w;
-  if (f.contains("probe")) w = "probe batch of " + f["probe"].dump();
-  else if (f.contains("batch") && f["batch"].is_number()) w = "batch " + f["batch"].dump();
-  if (f.contains("rank") && f["rank"].is_number() && !f.contains("probe")) {
-    w = w.empty() ? "rank " + f["rank"].dump() : w + " (rank " + f["rank"].dump() + ")";
-  }
-  return w.empty() ? "-" : w;
-}
-
-std::string samples_text(const Json& f, std::size_t most) {
-  if (!f.contains("samples") || !f["samples"].is_array() || f["samples"].empty()) return "-";
-  std::string s;
-  std::size_t k = 0;
-  for (const auto& v : f["samples"]) {
-    if (k++ == most) {
-      s += ", ...";
-      break;
-    }
-    s += (s.empty() ? "" : ", ") + v.dump();
-  }
-  return s;
-}
 
 // The ranks a finding belongs to: its `ranks`, its `rank`, else the first checked rank (a
 // probe or a check of the model itself).
@@ -110,7 +37,7 @@ std::string failure_body(const Json& f) {
   }
   if (f.contains("cuda_equivalent") && f["cuda_equivalent"].is_string()) b << "on CUDA: " << f["cuda_equivalent"].get<std::string>() << "\n";
   for (const auto& fix : f.value("fixes", Json::array())) {
-    b << "fix " << str(fix, "id") << ": " << (str(fix, "code").empty() ? str(fix, "title") : str(fix, "code")) << "\n";
+    b << "fix " << field_text(fix, "id") << ": " << (field_text(fix, "code").empty() ? field_text(fix, "title") : field_text(fix, "code")) << "\n";
   }
   return b.str();
 }
@@ -140,7 +67,7 @@ std::string junit_view(const nlohmann::ordered_json& report) {
   uint64_t world = 1;
   if (report.contains("geometry") && report["geometry"].contains("world_size")) world = report["geometry"]["world_size"].get<uint64_t>();
   const int fails_at = fail_rank(report);
-  const std::string config = str(report, "config");
+  const std::string config = field_text(report, "config");
 
   // Per rank, per id: the findings, in report order.
   std::map<uint64_t, std::map<std::string, std::vector<const Json*>>> by_rank;
@@ -219,15 +146,15 @@ std::string md_cell(const std::string& raw) {
 
 std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_bytes) {
   const Json& s = report.value("summary", Json::object());
-  const std::string verdict = str(report, "verdict");
+  const std::string verdict = field_text(report, "verdict");
   std::ostringstream head;
   head << "## batchcheck: " << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : md_cell(verdict)) << " — `"
-       << md_cell(str(report, "config")) << "`\n\n";
+       << md_cell(field_text(report, "config")) << "`\n\n";
   head << plural(s.value("errors", uint64_t{0}), "error") << ", " << plural(s.value("warnings", uint64_t{0}), "warning") << ", "
        << plural(s.value("infos", uint64_t{0}), "info");
   if (report.contains("batches") && report["batches"].contains("checked")) {
     head << "; " << plural(report["batches"]["checked"].get<uint64_t>(), "batch", "batches") << " checked on "
-         << md_cell(str(report, "device")) << " (" << md_cell(str(report, "mode")) << " mode)";
+         << md_cell(field_text(report, "device")) << " (" << md_cell(field_text(report, "mode")) << " mode)";
   }
   if (report.contains("complete") && report["complete"] == false) head << "; **interrupted**: not every batch was checked";
   head << "; fails on " << md_cell(report.value("fail_on", std::string("error"))) << "\n\n";
@@ -239,15 +166,15 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
   std::size_t shown = 0;
   const std::string foot_reserve(200, ' ');  // room for the line saying what was left out
   for (const auto& f : findings) {
-    std::string row = "| " + md_cell(str(f, "severity")) + " | `" + md_cell(str(f, "id")) + "` | " + where_text(f) + " | " +
-                      samples_text(f, 8) + " | " + md_cell(str(f, "message")) + " |\n";
+    std::string row = "| " + md_cell(field_text(f, "severity")) + " | `" + md_cell(field_text(f, "id")) + "` | " + where_text(f) + " | " +
+                      samples_text(f, 8) + " | " + md_cell(field_text(f, "message")) + " |\n";
     std::string detail;
     const Json fixes = f.value("fixes", Json::array());
     if (!fixes.empty()) {
-      detail = "<details><summary><code>" + md_cell(str(f, "id")) + "</code> at " + where_text(f) + ": fixes</summary>\n\n";
+      detail = "<details><summary><code>" + md_cell(field_text(f, "id")) + "</code> at " + where_text(f) + ": fixes</summary>\n\n";
       for (const auto& fix : fixes) {
-        detail += "- **" + md_cell(str(fix, "id")) + "**: " + md_cell(str(fix, "title")) + "\n";
-        const std::string code = utf8_clean(str(fix, "code"));
+        detail += "- **" + md_cell(field_text(fix, "id")) + "**: " + md_cell(field_text(fix, "title")) + "\n";
+        const std::string code = utf8_clean(field_text(fix, "code"));
         if (!code.empty()) detail += "\n  ```python\n  " + code + "\n  ```\n";
       }
       detail += "\n</details>\n";
@@ -294,17 +221,17 @@ std::string gh_property(const std::string& s) {
 
 std::vector<std::string> github_commands(const nlohmann::ordered_json& report) {
   constexpr std::size_t kShown = 10;  // GitHub shows 10 errors and 10 warnings per step
-  const std::string config = str(report, "config");
+  const std::string config = field_text(report, "config");
   std::vector<std::string> out;
   std::map<std::string, std::size_t> count;
   for (const char* severity : {"error", "warning", "info"}) {
     const std::string command = std::string(severity) == "info" ? "notice" : severity;
     for (const auto& f : report["findings"]) {
-      if (str(f, "severity") != severity) continue;
+      if (field_text(f, "severity") != severity) continue;
       if (++count[severity] > kShown) continue;
-      const std::string title = "batchcheck " + str(f, "id") + " at " + where_text(f);
+      const std::string title = "batchcheck " + field_text(f, "id") + " at " + where_text(f);
       out.push_back("::" + command + " file=" + gh_property(config) + ",title=" + gh_property(title) + "::" +
-                    gh_data(str(f, "message")));
+                    gh_data(field_text(f, "message")));
     }
   }
   std::vector<std::string> hidden;

@@ -395,10 +395,13 @@ def main():
         with open(os.path.join(d, name), "w") as f:
             json.dump({**base, "loss": loss}, f, indent=1)
     failures = []
+    losses, preds = [], []  # per batch, for the report's series
     aux_model.train()
     for b, (x, y) in enumerate(DataLoader(Samples(ax, ay), batch_size=BATCH)):
         o = aux_model(x)
         loss = F.cross_entropy(o["out"], y) + 0.5 * F.cross_entropy(o["aux"], y)
+        preds.append([o["out"].min().item(), o["out"].max().item()])
+        losses.append(loss.item() if torch.isfinite(loss) else None)
         if not torch.isfinite(loss):
             failures.append({"batch": b, "stage": "loss", "error": "loss is not finite"})
             continue
@@ -406,7 +409,7 @@ def main():
         if any(p.grad is not None and not torch.isfinite(p.grad).all() for p in aux_model.parameters()):
             failures.append({"batch": b, "stage": "backward", "error": "gradient is not finite"})
         aux_model.zero_grad()
-    cases.append({"case": "aux-heads", "batches": b + 1, "failures": failures})
+    cases.append({"case": "aux-heads", "batches": b + 1, "failures": failures, "losses": losses, "preds": preds})
     # The same heads as a tuple (Inception's (logits, aux_logits)): indices select them.
     class AuxTuple(torch.nn.Module):
         def __init__(self, inner):
