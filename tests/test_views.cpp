@@ -30,6 +30,7 @@ Json finding(const std::string& id, const std::string& severity, Json rank, Json
 // are not UTF-8), a warning on both ranks, a probe warning, an info.
 Json two_rank_report() {
   Json forward = finding("forward-error", "error", 1, 3, "forward raised: a < b & \"c\" 'd' | e\x01 \xff");
+  forward["root_cause"] = {{"op", "aten::view"}, {"line", "model.py:42"}};
   forward["fixes"] = Json::array({{{"id", "reproduce"}, {"title", "reproduce it"}, {"code", "out = model(x)"}, {"tradeoff", "t"}}});
   forward["occurrences"] = Json::array({{{"rank", 1}, {"batch", 3}, {"samples", {8, 9}}, {"count", 2}},
                                         {{"rank", 1}, {"batch", 5}, {"samples", {12}}, {"count", 1}, {"message", "another cause"}}});
@@ -72,7 +73,10 @@ TEST(Views, JUnitHasASuitePerRankATestcasePerCheckAndValidates) {
                      "a &lt; b &amp; &quot;c&quot; &apos;d&apos; | e? \xEF\xBF\xBD\" type=\"forward-error\">"),
             std::string::npos)
       << xml;
-  EXPECT_NE(xml.find("  batch 5 of rank 1: 1 sample: another cause\nfix reproduce: out = model(x)\n</failure>"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("  batch 5 of rank 1: 1 sample: another cause\nroot cause: op=aten::view; line=model.py:42;\n"
+                     "fix reproduce: out = model(x)\n</failure>"),
+            std::string::npos)
+      << xml;
   // Below --fail-on: passing testcases that carry their text; every other check passes empty.
   EXPECT_NE(xml.find("<testcase classname=\"batchcheck.geometry\" name=\"tail-batch-singleton\">\n      <system-out>warning: the "
                      "last batch holds 1 sample\n</system-out>"),

@@ -35,6 +35,11 @@ std::string failure_body(const Json& f) {
       b << "\n";
     }
   }
+  if (f.contains("root_cause") && f["root_cause"].is_object()) {
+    b << "root cause:";
+    for (const auto& [key, v] : f["root_cause"].items()) b << " " << key << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << ";";
+    b << "\n";
+  }
   if (f.contains("cuda_equivalent") && f["cuda_equivalent"].is_string()) b << "on CUDA: " << f["cuda_equivalent"].get<std::string>() << "\n";
   for (const auto& fix : f.value("fixes", Json::array())) {
     b << "fix " << field_text(fix, "id") << ": " << (field_text(fix, "code").empty() ? field_text(fix, "title") : field_text(fix, "code")) << "\n";
