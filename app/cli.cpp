@@ -90,11 +90,16 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
   require_report(report, path);
   ViewTargets v = view_targets(a);
   refuse_overwriting_report(v, path);
-  if (!v.junit && !v.markdown && !v.html && !v.github) {
-    out << markdown_view(report);
-    return 0;
+  try {
+    if (!v.junit && !v.markdown && !v.html && !v.github) {
+      out << markdown_view(report);
+      return 0;
+    }
+    deliver_views(v, report, err);
+  } catch (const nlohmann::json::exception& e) {
+    // A hand-edited or foreign report whose fields have other types than batchcheck writes.
+    throw InputError(path, "", std::string("not a report this batchcheck can read: ") + e.what());
   }
-  deliver_views(v, report, err);
   return 0;
 }
 

@@ -472,3 +472,59 @@ TEST_F(Pipelines, DetectionModelsTrainOnListsOfImagesAndTargets) {
             "tensors, as a detection DataLoader's collate_fn=lambda b: tuple(zip(*b)) passes them: set loader.collate to "
             "{\"list\": true}\n");
 }
+
+// A forward error raised inside torch's nn.Linear: the finding points at the user's line that
+// called it (the view written for one batch size), names torch's frame below it, and keeps the
+// whole traceback.
+TEST_F(Pipelines, ForwardErrorsPointAtTheUsersLine) {
+  const Json& t = truth("user-line");
+  ASSERT_EQ(loop_failures(t, "forward"), (std::set<uint64_t>{2})) << t.dump(1);
+  Scan s = scan("user-line");
+  EXPECT_EQ(s.code, 1) << s.err;
+  ASSERT_FALSE(s.report["findings"].empty());
+  const Json& f = s.report["findings"][0];
+  EXPECT_EQ(f["batch"], 2) << f.dump(1);
+  EXPECT_NE(f["message"].get<std::string>().find(t["failures"][0]["error"].get<std::string>()), std::string::npos);
+  // The generator's own line number of the marked line.
+  std::ifstream src(BATCHCHECK_SOURCE_DIR "/tests/pipelines/make_pipelines.py");
+  int line = 0, marked = 0;
+  for (std::string text; std::getline(src, text);) {
+    ++line;
+    if (text.find("# user-line") != std::string::npos && text.find("def ") == std::string::npos) marked = line;
+  }
+  const Json& ev = f["evidence"];
+  EXPECT_NE(ev["location"].get<std::string>().find("make_pipelines.py\", line " + std::to_string(marked) + ", in forward"),
+            std::string::npos)
+      << ev.dump(1);
+  EXPECT_EQ(ev["source_line"].get<std::string>().rfind("return self.fc(h.view(self.batch_size, -1))", 0), 0u) << ev.dump(1);
+  EXPECT_NE(ev["raised_in"].get<std::string>().find("torch/nn/modules/linear.py"), std::string::npos) << ev.dump(1);
+  EXPECT_NE(ev["traceback"].get<std::string>().find("linear.py"), std::string::npos);
+}
+
+// Weights that are NaN in the file: a model finding names them before any batch, and each
+// batch's NaN names them as its root cause instead of blaming the batch.
+TEST_F(Pipelines, NanWeightsAreNamedAsTheRootCause) {
+  const Json& t = truth("nan-weight");
+  ASSERT_EQ(t["nan_batches"], Json::parse("[0, 1, 2]"));
+  Scan s = scan("nan-weight");
+  EXPECT_EQ(s.code, 1) << s.err;
+  const Json* model = nullptr;
+  const Json* output = nullptr;
+  for (const auto& f : s.report["findings"]) {
+    if (f["id"] == "model-nonfinite") model = &f;
+    if (f["id"] == "output-nonfinite") output = &f;
+  }
+  ASSERT_TRUE(model && output) << s.report["findings"].dump(1);
+  EXPECT_EQ((*model)["evidence"]["parameters"], Json::parse("[\"3.weight\"]"));
+  EXPECT_EQ((*model)["evidence"]["buffers"], Json::array());
+  EXPECT_NE((*model)["message"].get<std::string>().find("1 parameter (3.weight)"), std::string::npos) << (*model)["message"];
+  EXPECT_TRUE((*model)["batch"].is_null());
+  std::set<uint64_t> loop;
+  for (const auto& b : t["nan_batches"]) loop.insert(b.get<uint64_t>());
+  EXPECT_EQ(scan_failures(s.report, "output-nonfinite"), loop);
+  EXPECT_EQ((*output)["root_cause"]["kind"], "model");
+  EXPECT_EQ((*output)["root_cause"]["parameters"], Json::parse("[\"3.weight\"]"));
+  EXPECT_NE((*output)["message"].get<std::string>().find("root cause: the model's own weights hold NaN or Inf as loaded (3.weight)"),
+            std::string::npos)
+      << (*output)["message"];
+}

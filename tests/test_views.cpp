@@ -278,3 +278,53 @@ TEST(Views, HtmlReportsRenderInAHeadlessBrowser) {
   png.read(head.data(), 8);
   EXPECT_EQ(head, "\x89PNG\r\n\x1a\n") << shot;
 }
+
+// A saved report edited by hand or by another tool: any field of another type or missing is
+// rendered or refused (exit 2), never a crash or an internal error.
+TEST(Views, RenderSurvivesReportsOfOtherShapes) {
+  test_util::TempDir dir("render-odd");
+  Json base = two_rank_report();
+  base["series"] = Json::parse(R"({"bucket": 1, "band": [0, 1], "ranks": [{"rank": 0, "batch": [0, 1], "batches": [1, 1],
+      "size_min": [4, 2], "size_max": [4, 2], "pred_min": [0.1, null], "pred_max": [0.9, null], "nonfinite": [0, 8],
+      "loss_min": [0.5, null], "loss_max": [0.5, null], "loss_nonfinite": [0, 0], "errors": [0, 1], "warnings": [0, 0]}]})");
+  base["geometry"] = {{"batch_size", 4}, {"batches_per_rank", 2}, {"last_batch_size", 2}, {"world_size", 2},
+                      {"samples_per_rank", 6}, {"padded_samples", 1}};
+  const std::vector<Json> odd = {nullptr, "x", -3, 1.5, Json::array({1, "a"}), Json::object({{"k", 1}})};
+  std::vector<std::pair<std::string, std::string>> paths;  // (top-level key, finding or series key or "")
+  for (const auto& [key, v] : base.items()) paths.push_back({key, ""});
+  for (const auto& [key, v] : base["findings"][0].items()) paths.push_back({"findings", key});
+  for (const auto& [key, v] : base["series"]["ranks"][0].items()) paths.push_back({"series", key});
+  for (const auto& [key, v] : base["geometry"].items()) paths.push_back({"geometry", key});
+  int rendered = 0, refused = 0;
+  for (const auto& [top, inner] : paths) {
+    for (int variant = 0; variant <= static_cast<int>(odd.size()); ++variant) {
+      Json r = base;
+      Json* slot = &r[top];
+      if (top == "findings" && !inner.empty()) slot = &r["findings"][0][inner];
+      if (top == "series" && !inner.empty()) slot = &r["series"]["ranks"][0][inner];
+      if (top == "geometry" && !inner.empty()) slot = &r["geometry"][inner];
+      if (variant == static_cast<int>(odd.size())) {
+        // Missing altogether.
+        if (inner.empty()) r.erase(top);
+        else if (top == "findings") r["findings"][0].erase(inner);
+        else if (top == "series") r["series"]["ranks"][0].erase(inner);
+        else r["geometry"].erase(inner);
+      } else {
+        *slot = odd[static_cast<std::size_t>(variant)];
+      }
+      std::ofstream(dir.file("r.json")) << r.dump(-1, ' ', false, Json::error_handler_t::replace);
+      std::ostringstream out, err;
+      const int code = run_cli({"render", dir.file("r.json"), "--junit", dir.file("r.xml"), "--markdown", dir.file("r.md"), "--html",
+                                dir.file("r.html")},
+                               out, err);
+      ASSERT_TRUE(code == 0 || code == 2) << top << "." << inner << " = variant " << variant << ": exit " << code << "\n" << err.str();
+      if (code == 2) {
+        EXPECT_EQ(err.str().rfind("batchcheck: error: " + dir.file("r.json") + ": ", 0), 0u) << err.str();
+        ++refused;
+      } else {
+        ++rendered;
+      }
+    }
+  }
+  EXPECT_GT(rendered, refused);  // most odd fields are simply shown or left out
+}

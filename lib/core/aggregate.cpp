@@ -8,6 +8,7 @@
 #include "core/catalog.h"
 #include "core/findings.h"
 #include "core/fixes.h"
+#include "core/model_findings.h"
 #include "core/suggest.h"
 #include "core/text.h"
 
@@ -68,6 +69,10 @@ void Aggregator::start(const ScanStart& s) {
   start_ = s;
   series_.reset(s.ranks.size(), s.ranks.empty() ? 0 : s.replay_steps / s.ranks.size());
   mode_findings();
+  if (auto f = model_nonfinite_finding(s.model, cfg_.model.path)) {
+    findings_.push_back(std::move(*f));
+    first_batch_.emplace_back();
+  }
   if (settings_.verbosity > 0) {
     log_ << "batchcheck: " << s.data.samples << " samples, checking " << s.replay_steps << " batches on " << s.device
          << "\n";
@@ -232,6 +237,15 @@ void Aggregator::finish_findings() {
   }
   findings_ = std::move(kept);
   first_batch_ = std::move(kept_batches);
+  // NaN that came from the model's own weights: each batch's NaN names them.
+  const nlohmann::ordered_json cause = model_root_cause(start_.model, cfg_.model.mode);
+  for (Finding& f : findings_) {
+    if (cause.is_null() || f.id == "model-nonfinite") continue;
+    if (f.id == "output-nonfinite" || f.id == "loss-nonfinite" || f.id == "gradient-nonfinite") {
+      f.root_cause = cause;
+      f.message += "; root cause: " + cause["summary"].get<std::string>();
+    }
+  }
 
   FixContext fc;
   fc.geometry = &g;

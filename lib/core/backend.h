@@ -45,6 +45,8 @@ struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
   std::string format = "torchscript";          // "torchscript" or "pt2" (an AOTInductor package)
   FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
+  // Qualified names of the parameters and buffers that hold NaN or Inf as loaded from the file.
+  std::vector<std::string> nonfinite_parameters, nonfinite_buffers;
 };
 
 // A batch the collate function cannot build: default_collate stacking samples of unequal
@@ -81,7 +83,9 @@ const char* to_string(Slot s);
 struct ForwardResult {
   bool ok = false;
   std::string error;     // one line: the exception's message without C++ backtrace
-  std::string location;  // TorchScript "File ..., line N" of the failing op, when known
+  // TorchScript "File ..., line N" of the user's line that failed, when known, with its text,
+  // and the library frame below it that raised (core/error_text.h)
+  std::string location, source_line, raised_in;
   std::string traceback; // the TorchScript traceback, when there is one
 };
 
@@ -93,7 +97,7 @@ struct GradStats {
 };
 struct BackwardResult {
   bool ok = false;
-  std::string error, location, traceback;
+  std::string error, location, source_line, raised_in, traceback;
   std::vector<GradStats> nonfinite;  // the first kMaxNonfiniteGrads, in parameter order
   uint64_t nonfinite_total = 0;      // parameters with non-finite gradients
 };

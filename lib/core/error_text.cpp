@@ -33,6 +33,13 @@ std::string strip_class(const std::string& line) {
 }
 }  // namespace
 
+bool library_frame(const std::string& file) {
+  for (const char* part : {"site-packages/", "dist-packages/", "code/__torch__/torch/", "/torch/nn/", "/torch/functional.py"}) {
+    if (file.find(part) != std::string::npos) return true;
+  }
+  return starts_with(file, "torch/");
+}
+
 ErrorText parse_error_text(const std::string& what) {
   std::vector<std::string> lines;
   {
@@ -96,10 +103,35 @@ ErrorText parse_error_text(const std::string& what) {
   out.message = single_line(message);
   if (tb < lines.size()) {
     std::string tbtext;
+    // Frames: the "File ..." line and the line marked "<--- HERE" below it. An archive's error
+    // holds two tracebacks, the serialized code's and then the original code's: the original
+    // one is the user's, so it replaces the first.
+    struct Frame {
+      std::string where, file, line;
+    };
+    std::vector<Frame> frames;
     for (std::size_t i = tb; i < lines.size(); ++i) {
       tbtext += lines[i] + "\n";
       std::string t = trim(lines[i]);
-      if (starts_with(t, "File \"")) out.location = t;
+      if (t.find("Traceback of TorchScript, original code") != std::string::npos) frames.clear();
+      if (starts_with(t, "File \"")) {
+        const std::size_t end = t.find('"', 6);
+        frames.push_back({t, end == std::string::npos ? "" : t.substr(6, end - 6), ""});
+      } else if (t.find("<--- HERE") != std::string::npos && !frames.empty() && frames.back().line.empty() && i > tb) {
+        frames.back().line = trim(lines[i - 1]);
+      }
+    }
+    if (!frames.empty()) {
+      const Frame* user = &frames.back();
+      for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+        if (!library_frame(it->file)) {
+          user = &*it;
+          break;
+        }
+      }
+      out.location = user->where;
+      out.source_line = user->line;
+      if (user != &frames.back()) out.raised_in = frames.back().where;
     }
     while (!tbtext.empty() && (tbtext.back() == '\n' || tbtext.back() == ' ')) tbtext.pop_back();
     out.traceback = tbtext;

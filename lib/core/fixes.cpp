@@ -320,6 +320,13 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
                        "  # opens(p): Image.open(p).convert('RGB') inside try/except OSError",
                        "opening every file once at start-up; skipped files are not trained on", {}});
+  } else if (id == "model-nonfinite") {
+    f.fixes.push_back({"earlier-checkpoint", "load a checkpoint saved before the weights turned NaN",
+                       "bad = [n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]",
+                       "loses the steps after it; the cause (a diverging loss) remains", {}});
+    f.fixes.push_back({"clip-gradients", "bound each step so that one batch cannot blow the weights up",
+                       "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()",
+                       "tune max_norm; a NaN loss still needs its batch found (batchcheck scan)", {}});
   } else if (id == "trace-mode-mismatch") {
     const bool want_train = c.mode == Mode::Train;
     f.fixes.push_back({"trace-in-scan-mode",

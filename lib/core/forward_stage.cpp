@@ -14,6 +14,8 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, n, ctx.largest_ok_batch);
   nlohmann::ordered_json ev = {{"error", fwd.error}};
   if (!fwd.location.empty()) ev["location"] = fwd.location;
+  if (!fwd.source_line.empty()) ev["source_line"] = fwd.source_line;
+  if (!fwd.raised_in.empty()) ev["raised_in"] = fwd.raised_in;
   if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
   if (ctx.largest_ok_batch) ev["largest_ok_batch_size"] = ctx.largest_ok_batch;
   if (id == "batchnorm-single-value" && !ctx.batchnorm_modules.empty()) ev["batchnorm_modules"] = ctx.batchnorm_modules;

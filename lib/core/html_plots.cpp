@@ -45,13 +45,22 @@ std::optional<double> number_at(const Json& arr, std::size_t i) {
   return arr[i].get<double>();
 }
 
+// A column of a rank's series; null when a saved report lacks it (never operator[] on a
+// missing key of a const object).
+const Json& column(const Json& rank, const char* key) {
+  static const Json none;
+  const auto it = rank.find(key);
+  return it == rank.end() ? none : *it;
+}
+
 // The series' ranks, each with its points' batch, batches, errors and warnings.
 struct RankSeries {
   uint64_t rank = 0;
   const Json* j = nullptr;
-  std::size_t points() const { return (*j)["batch"].is_array() ? (*j)["batch"].size() : 0; }
+  std::size_t points() const { return column(*j, "batch").size(); }
+  const Json& col(const char* key) const { return column(*j, key); }
   uint64_t at(const char* key, std::size_t i) const {
-    const Json& a = (*j)[key];
+    const Json& a = col(key);
     return a.is_array() && i < a.size() && a[i].is_number_unsigned() ? a[i].get<uint64_t>() : 0;
   }
 };
@@ -207,8 +216,8 @@ std::string plot_svg(const Plot& p, const std::vector<RankSeries>& ranks, const 
   for (const auto& r : ranks) {
     for (std::size_t i = 0; i < r.points(); ++i) {
       end = std::max(end, r.at("batch", i) + std::max<uint64_t>(r.at("batches", i), 1));
-      widen(number_at((*r.j)[p.lo_key], i));
-      widen(number_at((*r.j)[p.hi_key], i));
+      widen(number_at(r.col(p.lo_key), i));
+      widen(number_at(r.col(p.hi_key), i));
       if (r.at("errors", i) || r.at("warnings", i)) {
         auto& f = flagged[r.at("batch", i)];
         f.first = std::max<uint64_t>(r.at("batches", i), 1);
@@ -259,7 +268,7 @@ std::string plot_svg(const Plot& p, const std::vector<RankSeries>& ranks, const 
     std::vector<std::vector<std::pair<double, std::pair<double, double>>>> runs(1);
     if (p.bars) {
       for (std::size_t i = 0; i < r.points(); ++i) {
-        const auto v = number_at((*r.j)[p.hi_key], i);
+        const auto v = number_at(r.col(p.hi_key), i);
         if (!v || *v <= 0) continue;
         const double x0 = x(static_cast<double>(r.at("batch", i)));
         const double x1 = x(static_cast<double>(r.at("batch", i) + std::max<uint64_t>(r.at("batches", i), 1)));
@@ -269,7 +278,7 @@ std::string plot_svg(const Plot& p, const std::vector<RankSeries>& ranks, const 
       continue;
     }
     for (std::size_t i = 0; i < r.points(); ++i) {
-      const auto a = number_at((*r.j)[p.lo_key], i), b = number_at((*r.j)[p.hi_key], i);
+      const auto a = number_at(r.col(p.lo_key), i), b = number_at(r.col(p.hi_key), i);
       const double cx = x(static_cast<double>(r.at("batch", i)) + static_cast<double>(std::max<uint64_t>(r.at("batches", i), 1)) / 2);
       if (!a || !b) {
         if (!runs.back().empty()) runs.emplace_back();

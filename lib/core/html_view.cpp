@@ -168,6 +168,7 @@ std::string finding_html(const Json& f, std::size_t k) {
       << "</summary><ul>";
     for (std::size_t i = 0; i < occ.size() && i < kMaxOccurrences; ++i) {
       const Json& e = occ[i];
+      if (!e.is_object()) continue;
       o << "<li>batch " << h(e.value("batch", Json()).dump()) << " of rank " << h(e.value("rank", Json()).dump()) << ": "
         << plural(count_of(e, "count"), "sample");
       if (!field_text(e, "message").empty()) o << ": " << h(field_text(e, "message"));

@@ -168,7 +168,8 @@ void JournalWriter::start(const ScanStart& s) {
                    {"has_targets", s.data.has_targets}}},
          {"model", {{"batchnorm_modules", m.batchnorm_modules}, {"format", m.format},
                     {"frozen_train", {m.frozen_train.batch_norm, m.frozen_train.dropout}},
-                    {"frozen_eval", {m.frozen_eval.batch_norm, m.frozen_eval.dropout}}}},
+                    {"frozen_eval", {m.frozen_eval.batch_norm, m.frozen_eval.dropout}},
+                    {"nonfinite_parameters", m.nonfinite_parameters}, {"nonfinite_buffers", m.nonfinite_buffers}}},
          {"device", s.device}, {"libtorch", s.libtorch}, {"backward", s.backward}, {"ranks", s.ranks},
          {"replay_steps", s.replay_steps}, {"geometry", geometry}});
 }
@@ -243,6 +244,8 @@ JournalLine apply_journal_line(const std::string& line, ScanSink& sink) {
       s.data.has_targets = d.at("has_targets").get<bool>();
       const json& m = j.at("model");
       s.model.batchnorm_modules = m.at("batchnorm_modules").get<std::vector<std::string>>();
+      s.model.nonfinite_parameters = m.at("nonfinite_parameters").get<std::vector<std::string>>();
+      s.model.nonfinite_buffers = m.at("nonfinite_buffers").get<std::vector<std::string>>();
       s.model.format = m.at("format").get<std::string>();
       s.model.frozen_train = {m.at("frozen_train").at(0).get<uint64_t>(), m.at("frozen_train").at(1).get<uint64_t>()};
       s.model.frozen_eval = {m.at("frozen_eval").at(0).get<uint64_t>(), m.at("frozen_eval").at(1).get<uint64_t>()};

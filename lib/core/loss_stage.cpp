@@ -35,6 +35,8 @@ std::optional<Emitted> backward_finding(const BackwardResult& b, uint64_t n) {
   if (!b.ok) {
     nlohmann::ordered_json ev = {{"error", b.error}};
     if (!b.location.empty()) ev["location"] = b.location;
+    if (!b.source_line.empty()) ev["source_line"] = b.source_line;
+    if (!b.raised_in.empty()) ev["raised_in"] = b.raised_in;
     if (!b.traceback.empty()) ev["traceback"] = b.traceback;
     const bool lost = is_device_assert(b.error);
     return Emitted{lost ? "cuda-device-assert" : "backward-error", "backward",

@@ -62,6 +62,7 @@ nlohmann::ordered_json to_json(const Finding& f) {
   j["message"] = f.message;
   j["evidence"] = f.evidence;
   j["cuda_equivalent"] = f.cuda_equivalent.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(f.cuda_equivalent);
+  if (!f.root_cause.is_null()) j["root_cause"] = f.root_cause;
   j["fixes"] = nlohmann::ordered_json::array();
   for (const auto& fix : f.fixes) j["fixes"].push_back(to_json(fix));
   if (!f.occurrences.empty()) {

@@ -58,6 +58,8 @@ struct Finding {
   uint64_t probe_size = 0;               // the probe's batch size, for probe findings
   std::vector<Occurrence> occurrences;   // the first kOccurrenceCap, in (rank, batch) order
   uint64_t occurrences_total = 0;
+  // Where the bad value came from, when known (null otherwise): {"kind", "summary", ...}.
+  nlohmann::ordered_json root_cause;
 };
 
 constexpr std::size_t kOccurrenceCap = 32;

@@ -32,6 +32,14 @@ std::string format_summary(const ScanResult& result) {
       out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
     }
     out << "\n    " << f.message << "\n";
+    // The user's line that raised (forward and backward errors).
+    if (f.evidence.contains("location") && f.evidence["location"].is_string()) {
+      out << "    " << f.evidence["location"].get<std::string>();
+      if (f.evidence.contains("source_line") && f.evidence["source_line"].is_string()) {
+        out << ": " << f.evidence["source_line"].get<std::string>();
+      }
+      out << "\n";
+    }
     // Later batches that failed for another reason under the same id (a few).
     int others = 0;
     for (const auto& o : f.occurrences) {

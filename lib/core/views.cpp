@@ -29,9 +29,10 @@ std::string failure_body(const Json& f) {
     << ", samples [" << samples_text(f, 32) << "]\n";
   if (f.contains("occurrences")) {
     for (const auto& o : f["occurrences"]) {
-      b << "  batch " << o["batch"].dump() << " of rank " << o["rank"].dump() << ": "
+      if (!o.is_object()) continue;
+      b << "  batch " << o.value("batch", Json()).dump() << " of rank " << o.value("rank", Json()).dump() << ": "
         << plural(o.value("count", uint64_t{0}), "sample");
-      if (o.contains("message")) b << ": " << o["message"].get<std::string>();
+      if (!field_text(o, "message").empty()) b << ": " << field_text(o, "message");
       b << "\n";
     }
   }

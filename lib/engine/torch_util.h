@@ -35,6 +35,8 @@ void fill_error(Result& r, const std::exception& e) {
   ErrorText t = parse_error_text(exception_message(e));
   r.error = t.message;
   r.location = t.location;
+  r.source_line = t.source_line;
+  r.raised_in = t.raised_in;
   r.traceback = t.traceback;
 }
 

@@ -213,6 +213,16 @@ class TorchScriptRunner : public ModelRunner {
     for (const auto& b : module_.named_buffers(true)) {
       if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
     }
+    // A model that is already broken in its file: one pass over its weights at load.
+    auto nonfinite = [](const at::Tensor& t) {
+      return t.defined() && t.is_floating_point() && !at::isfinite(t).all().item<bool>();
+    };
+    for (const auto& [name, value] : params_) {
+      if (nonfinite(value)) info_.nonfinite_parameters.push_back(name);
+    }
+    for (const auto& b : module_.named_buffers(true)) {
+      if (nonfinite(b.value)) info_.nonfinite_buffers.push_back(b.name);
+    }
     for (const auto& m : module_.named_modules()) {
       auto type = m.value.type()->name();
       if (type && type->qualifiedName().find("BatchNorm") != std::string::npos) {

@@ -30,7 +30,11 @@ namespace {
 // PIL refuses images this large (Image.MAX_IMAGE_PIXELS, doubled: DecompressionBombError).
 constexpr uint64_t kMaxPixels = 2ULL * 89478485ULL;
 
-bool too_large(uint64_t w, uint64_t h, Decoded& out) {
+// Out of line, like every std::string operation of the functions that call setjmp: inlined
+// there, a string's locals could be clobbered by the longjmp (GCC's -Wclobbered at -O1).
+[[gnu::noinline]] void set_error(Decoded* out, const char* message) { out->error = message; }
+
+[[gnu::noinline]] bool too_large(uint64_t w, uint64_t h, Decoded& out) {
   if (w <= kMaxPixels && h <= kMaxPixels && w * h <= kMaxPixels) return false;  // no 64-bit wrap
   if (w > kMaxPixels || h > kMaxPixels) {
     out.error = "Image size exceeds limit of " + std::to_string(kMaxPixels) + " pixels, could be decompression bomb DOS attack.";
@@ -70,6 +74,10 @@ uint8_t cmyk_channel(int c, int nk) {
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+[[gnu::noinline]] void components_error(Decoded* out, int components) {
+  out->error = "cannot identify image file (a JPEG with " + std::to_string(components) + " components)";
+}
+
 void decode_jpeg(const uint8_t* data, std::size_t size, Decoded* out, std::vector<uint8_t>* row4) {
   jpeg_decompress_struct cinfo;
   JpegErrors err;
@@ -79,7 +87,7 @@ void decode_jpeg(const uint8_t* data, std::size_t size, Decoded* out, std::vecto
   err.pub.emit_message = jpeg_note;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    out->error = err.message;
+    set_error(out, err.message);
     return;
   }
   jpeg_create_decompress(&cinfo);
@@ -88,7 +96,7 @@ void decode_jpeg(const uint8_t* data, std::size_t size, Decoded* out, std::vecto
   const bool cmyk = cinfo.num_components == 4;
   if (cinfo.num_components != 1 && cinfo.num_components != 3 && !cmyk) {
     jpeg_destroy_decompress(&cinfo);
-    out->error = "cannot identify image file (a JPEG with " + std::to_string(cinfo.num_components) + " components)";
+    components_error(out, cinfo.num_components);
     return;
   }
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;  // grey: libjpeg replicates, as convert("RGB") does
@@ -116,7 +124,7 @@ void decode_jpeg(const uint8_t* data, std::size_t size, Decoded* out, std::vecto
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  if (err.truncated) out->error = "image file is truncated";
+  if (err.truncated) set_error(out, "image file is truncated");
 }
 
 // ---- PNG
@@ -149,12 +157,12 @@ void decode_png(const uint8_t* data, std::size_t size, Decoded* out, std::vector
   png_infop info = png ? png_create_info_struct(png) : nullptr;
   if (!png || !info) {
     png_destroy_read_struct(png ? &png : nullptr, nullptr, nullptr);
-    out->error = "out of memory";
+    set_error(out, "out of memory");
     return;
   }
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, nullptr);
-    out->error = in.message;
+    set_error(out, in.message);
     return;
   }
   png_set_read_fn(png, &in, png_read_mem);

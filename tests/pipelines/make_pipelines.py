@@ -77,6 +77,27 @@ class Records(Dataset):
         return self.records[i]
 
 
+class BatchSizedHead(torch.nn.Module):
+    """A head written for one batch size: the tail batch cannot be viewed as 4 rows."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(18, CLASSES)
+        self.batch_size = 4
+
+    def forward(self, h):
+        return self.fc(h.view(self.batch_size, -1))  # user-line
+
+
+class UserLineNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Conv1d(2, 3, 3, padding=1)
+        self.head = BatchSizedHead()
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
 def pad_records(batch):
     out = {k: pad_sequence([r[k] for r in batch], batch_first=True, padding_value=0) for k in ("input_ids", "attention_mask")}
     out["label"] = default_collate([r["label"] for r in batch])
@@ -229,6 +250,24 @@ def main():
                             {"loader": {"batch_size": BATCH, "shuffle": True, "seed": 5, "collate": {"pad": {"inputs": 0}}}},
                             DataLoader(cds, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(5),
                                        collate_fn=pad_collate(0))))
+
+    # A forward error raised inside torch's nn.Linear from the user's view(self.batch_size, -1):
+    # 10 samples in batches of 4, the tail of 2 fails.
+    uxs = torch.randn(10, 2, 6, generator=torch.Generator().manual_seed(4))
+    uys = torch.arange(10) % CLASSES
+    cases.append(write_case(out, "user-line", UserLineNet(), {"inputs": uxs, "targets": uys},
+                            {"loader": {"batch_size": 4}}, DataLoader(Samples(uxs, uys), batch_size=4)))
+
+    # A checkpoint whose weights already hold NaN (a run that diverged, then saved): every
+    # batch's loss is NaN, and the cause is the weight, not the data.
+    nan_model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES))
+    with torch.no_grad():
+        nan_model[3].weight[1, 2] = float("nan")
+    truth = write_case(out, "nan-weight", nan_model, {"inputs": uxs, "targets": uys}, {"loader": {"batch_size": 4}},
+                       DataLoader(Samples(uxs, uys), batch_size=4))
+    truth["nan_batches"] = [b for b, (x, y) in enumerate(DataLoader(Samples(uxs, uys), batch_size=4))
+                            if not torch.isfinite(torch.nn.functional.cross_entropy(nan_model(x), y))]
+    cases.append(truth)
 
     # Orders no formula replays, recorded from the user's own loader (loader.order). Class 3
     # of 3 in sample 13: the loop fails at the batches that hold it.
