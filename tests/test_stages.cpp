@@ -2,9 +2,12 @@
 // user reads, the evidence, and which failures lose the device.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/collate_stage.h"
 #include "core/forward_stage.h"
 #include "core/loss_stage.h"
+#include "core/post_stage.h"
 
 using namespace batchcheck;
 
@@ -159,4 +162,103 @@ TEST(CollateStage, NamesTheCollateTheFieldAndTheShapes) {
   EXPECT_EQ(p.message, "pad_sequence cannot put this batch's inputs together: The size of tensor a (2) must match the "
                        "size of tensor b (3) at non-singleton dimension 1; the samples' shapes: [4, 2], [6, 3]");
   EXPECT_EQ(p.evidence["collate"], "pad");
+}
+
+namespace {
+
+// A batch's prediction and target as fixed statistics, with its losses.
+class FixedView : public BatchView {
+ public:
+  ValueStats output, target, aux;
+  LossResult main_loss, aux_result;
+  ValueStats check(Slot slot, const ValueRule&) override { return slot == Slot::Output ? output : target; }
+  LossResult loss(const LossConfig&) override { return main_loss; }
+  ValueStats check_aux(std::size_t, const ValueRule&) override { return aux; }
+  LossResult aux_loss(std::size_t, const LossConfig&) override { return aux_result; }
+};
+
+ValueStats finite_stats(uint64_t elements, double lo, double hi) {
+  ValueStats s;
+  s.elements = elements;
+  s.min = lo;
+  s.max = hi;
+  return s;
+}
+
+TensorMeta float_meta(std::vector<int64_t> shape) {
+  TensorMeta m;
+  m.present = true;
+  m.shape = std::move(shape);
+  m.dtype = "float32";
+  m.floating = true;
+  return m;
+}
+
+LossResult loss_of(double v) {
+  LossResult r;
+  r.ok = true;
+  r.elements = 1;
+  r.value = v;
+  r.nonfinite = std::isfinite(v) ? 0 : 1;
+  return r;
+}
+
+}  // namespace
+
+// The post-forward stage: findings, and the statistics the report plots (the prediction's
+// finite range against the contract's band, the training loss with its aux terms).
+TEST(PostStage, FindsAndMeasures) {
+  LossConfig loss;
+  loss.type = LossType::Bce;
+  loss.aux = {{"aux", 0.5}};
+  ChecksConfig checks;
+  const TensorMeta out = float_meta({4, 1}), tgt = float_meta({4, 1});
+  PostInput in{plan_contract(loss, checks, 4, out, tgt), {AuxPlan{out, plan_contract(loss, checks, 4, out, tgt)}}, out, tgt, 4, false};
+
+  FixedView clean;
+  clean.output = finite_stats(4, 0.1, 0.9);
+  clean.target = finite_stats(4, 0, 1);
+  clean.aux = finite_stats(4, 0.2, 0.7);
+  clean.main_loss = loss_of(0.5);
+  clean.aux_result = loss_of(0.2);
+  PostResult r = post_stage(loss, in, clean);
+  EXPECT_TRUE(r.emitted.empty());
+  EXPECT_EQ(r.stats.pred_min, 0.1);
+  EXPECT_EQ(r.stats.pred_max, 0.9);
+  EXPECT_EQ(r.stats.band_lo, 0.0);
+  EXPECT_EQ(r.stats.band_hi, 1.0);
+  ASSERT_TRUE(r.stats.loss);
+  EXPECT_DOUBLE_EQ(*r.stats.loss, 0.5 + 0.5 * 0.2);  // the recipe's loss(out) + 0.5 * loss(aux)
+
+  // The aux head's loss is NaN: a loss finding named after the output, no loss plotted.
+  FixedView bad_aux = clean;
+  bad_aux.aux_result = loss_of(std::nan(""));
+  r = post_stage(loss, in, bad_aux);
+  ASSERT_EQ(r.emitted.size(), 1u);
+  EXPECT_EQ(r.emitted[0].id, "loss-nonfinite");
+  EXPECT_EQ(r.emitted[0].evidence["output"], "aux");
+  EXPECT_TRUE(r.stats.loss_nonfinite);
+  EXPECT_FALSE(r.stats.loss);
+
+  // A prediction with no finite value: no range, its non-finite count, and no loss computed.
+  FixedView nan = clean;
+  nan.output = ValueStats{};
+  nan.output.elements = 4;
+  nan.output.nan = 4;
+  nan.output.bad_rows = {0, 1, 2, 3};
+  nan.output.bad_rows_total = 4;
+  r = post_stage(loss, in, nan);
+  ASSERT_FALSE(r.emitted.empty());
+  EXPECT_EQ(r.emitted[0].id, "output-nonfinite");
+  EXPECT_FALSE(r.stats.pred_min);
+  EXPECT_EQ(r.stats.pred_nonfinite, 4u);
+  EXPECT_FALSE(r.stats.loss);
+
+  // An earlier stage's finding: values still checked and measured, the loss not computed.
+  PostInput after_error = in;
+  after_error.prior_error = true;
+  r = post_stage(loss, after_error, clean);
+  EXPECT_TRUE(r.emitted.empty());
+  EXPECT_EQ(r.stats.pred_max, 0.9);
+  EXPECT_FALSE(r.stats.loss);
 }

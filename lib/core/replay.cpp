@@ -12,6 +12,7 @@
 #include "core/findings.h"
 #include "core/forward_stage.h"
 #include "core/loss_stage.h"
+#include "core/post_stage.h"
 #include "core/text.h"
 #include "core/value_findings.h"
 #include "core/worker.h"
@@ -52,39 +53,6 @@ class InputField : public BatchView {
   std::size_t field_;
 };
 
-// One of loss.aux's extra outputs as a prediction, for its value checks and loss.
-class AuxOutput : public BatchView {
- public:
-  AuxOutput(BatchView& v, std::size_t k) : view_(v), k_(k) {}
-  ValueStats check(Slot, const ValueRule& rule) override { return view_.check_aux(k_, rule); }
-  LossResult loss(const LossConfig& loss) override { return view_.aux_loss(k_, loss); }
-
- private:
-  BatchView& view_;
-  std::size_t k_;
-};
-
-// An extra output's contract, decided on the main thread like the prediction's.
-struct AuxPlan {
-  TensorMeta meta;
-  ContractPlan plan;
-};
-
-// Findings of one of several input fields, or of an extra output, carry its name ("field"
-// or "output"): the ids are those of the one input or the prediction.
-void name_part(std::vector<Emitted>& emitted, const char* part, const std::string& key) {
-  for (auto& e : emitted) {
-    e.message = std::string(part) + " \"" + key + "\": " + e.message;
-    e.evidence[part] = key;
-  }
-}
-
-// The post-forward stage's findings, and what it saw for the report's plots.
-struct PostResult {
-  std::vector<Emitted> emitted;
-  BatchStats stats;
-};
-
 // A batch whose post-forward stage runs on the worker.
 struct PendingPost {
   std::vector<int64_t> indices;
@@ -108,13 +76,6 @@ class Replayer {
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
-  ValueStats check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                          BatchView& view, std::vector<Emitted>& out, const ValueStats* stats = nullptr,
-                          bool rows_are_samples = true) const;
-  // Value checks of prediction and target, then the loss: pure, so it may run on the worker.
-  PostResult post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
-                                  const TensorMeta& output, const TensorMeta& target, BatchView& view,
-                                  bool prior_error) const;
   void apply(const BatchContext& ctx, const std::vector<Emitted>& emitted);
   void collect_pending();
   void forward_failed(const BatchContext& ctx, const ForwardResult& fwd);
@@ -170,15 +131,6 @@ void Replayer::record(const BatchContext& ctx, const std::string& id, const std:
   sink_.record(std::move(ev));
 }
 
-ValueStats Replayer::check_values(const BatchContext& ctx, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                                  BatchView& view, std::vector<Emitted>& out, const ValueStats* stats,
-                                  bool rows_are_samples) const {
-  ValueStats s = stats ? *stats : view.check(slot, rule);
-  if (s.ok()) return s;
-  for (auto& e : value_findings(slot, rule, meta, view, s, cfg_.loss, ctx.size(), rows_are_samples)) out.push_back(std::move(e));
-  return s;
-}
-
 StepEnd Replayer::step_end(const BatchContext& ctx, bool forward_ok) const {
   StepEnd e;
   e.step = ctx.step.step;
@@ -225,7 +177,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     ValueStats stats = view.check(Slot::Input, *rule);
     if (stats.ok()) continue;
     std::vector<Emitted> emitted;
-    check_values(ctx, Slot::Input, *rule, input, view, emitted, &stats);
+    check_values(cfg_.loss, ctx.size(), Slot::Input, *rule, input, view, emitted, &stats);
     if (names.size() > 1) name_part(emitted, "field", names[k]);
     apply(ctx, emitted);
   }
@@ -267,13 +219,13 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     apply(ctx, issues);
     aux.push_back(std::move(a));
   }
-  const bool prior_error = batch_has_error_;
+  PostInput post_in{plan, std::move(aux), output, target, ctx.size(), batch_has_error_};
   const uint64_t elements = output.numel() + target.numel();
   // Overlapping costs a thread hand-off (microseconds): only for large batches.
   std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
   if (!view) {
     CurrentBatch current(backend_);
-    PostResult post = post_stage(ctx, plan, aux, output, target, current, prior_error);
+    PostResult post = post_stage(cfg_.loss, post_in, current);
     apply(ctx, post.emitted);
     // The loss was computed and is finite exactly when nothing was found in this batch.
     if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
@@ -288,70 +240,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   pending_->ctx = ctx;
   pending_->ctx.indices = &pending_->indices;
   pending_->end = step_end(ctx, true);
-  const BatchContext* job_ctx = &pending_->ctx;
-  pending_->result = worker_->submit([this, job_ctx, plan, aux, output, target, view, prior_error] {
-    return post_stage(*job_ctx, plan, aux, output, target, *view, prior_error);
-  });
-}
-
-PostResult Replayer::post_stage(const BatchContext& ctx, const ContractPlan& plan, const std::vector<AuxPlan>& aux,
-                                const TensorMeta& output, const TensorMeta& target, BatchView& view,
-                                bool prior_error) const {
-  PostResult result;
-  std::vector<Emitted>& out = result.emitted;
-  BatchStats& stats = result.stats;
-  if (plan.output_rule) {
-    const ValueStats s =
-        check_values(ctx, Slot::Output, *plan.output_rule, output, view, out, nullptr, plan.output_rows_are_samples);
-    if (s.elements > s.nan + s.inf) {
-      stats.pred_min = s.min;
-      stats.pred_max = s.max;
-    }
-    stats.pred_nonfinite = s.nan + s.inf;
-    stats.band_lo = plan.output_rule->lo;
-    stats.band_hi = plan.output_rule->hi;
-  }
-  std::optional<ValueStats> target_stats;
-  if (plan.target_rule) {
-    target_stats = view.check(Slot::Target, *plan.target_rule);
-    check_values(ctx, Slot::Target, *plan.target_rule, target, view, out, &*target_stats);
-  }
-  bool can_compute_loss = plan.can_compute_loss;
-  for (std::size_t k = 0; k < aux.size(); ++k) {
-    can_compute_loss = can_compute_loss && aux[k].plan.can_compute_loss;
-    if (!aux[k].plan.output_rule) continue;
-    AuxOutput one(view, k);
-    std::vector<Emitted> found;
-    check_values(ctx, Slot::Output, *aux[k].plan.output_rule, aux[k].meta, one, found, nullptr,
-                 aux[k].plan.output_rows_are_samples);
-    name_part(found, "output", cfg_.loss.aux[k].first);
-    for (auto& e : found) out.push_back(std::move(e));
-  }
-  if (!can_compute_loss || prior_error || !out.empty()) return result;
-
-  const ValueStats* class_stats = plan.class_targets && target_stats ? &*target_stats : nullptr;
-  const LossResult loss = view.loss(cfg_.loss);
-  stats.loss_nonfinite = loss.ok && loss.nonfinite > 0;
-  if (auto e = loss_finding(loss, cfg_.loss, ctx.size(), class_stats)) {
-    out.push_back(std::move(*e));
-    return result;
-  }
-  double total = loss.value;
-  // The training loss sums them: a non-finite extra loss makes it non-finite.
-  for (std::size_t k = 0; k < aux.size(); ++k) {
-    AuxOutput one(view, k);
-    const LossResult extra = one.loss(cfg_.loss);
-    stats.loss_nonfinite = extra.ok && extra.nonfinite > 0;
-    if (auto e = loss_finding(extra, cfg_.loss, ctx.size(), class_stats)) {
-      std::vector<Emitted> found{std::move(*e)};
-      name_part(found, "output", cfg_.loss.aux[k].first);
-      out.push_back(std::move(found.front()));
-      return result;
-    }
-    total += cfg_.loss.aux[k].second * extra.value;
-  }
-  if (loss.ok) stats.loss = total;
-  return result;
+  pending_->result = worker_->submit([this, post_in, view] { return post_stage(cfg_.loss, post_in, *view); });
 }
 
 void Replayer::apply(const BatchContext& ctx, const std::vector<Emitted>& emitted) {
