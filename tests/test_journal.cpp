@@ -75,7 +75,7 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   g.samples = {9};
   g.message = "the last batch holds 1 sample \xff";  // invalid UTF-8 is replaced, not fatal
   g.fixes.push_back({"drop-last", "t", "DataLoader(..., drop_last=True)", "x", {}});
-  g.occurrences.push_back({0, 4, {9}, 1, {}, "batch 4 failed otherwise"});
+  g.occurrences.push_back({0, 4, {9}, 1, {}, "batch 4 failed otherwise", nullptr});
   g.occurrences_total = 1;
   s.geometry = {g};
   RecordEvent r;

@@ -224,3 +224,45 @@ TEST(Supervisor, LibTorchsOwnLogLinesStayOffStderrUnlessVerbose) {
   BinaryRun asked = run_binary(w, "", "TORCH_CPP_LOG_LEVEL=WARNING GLOG_minloglevel=0 BATCHCHECK_TEST_FAULT=log:");
   EXPECT_NE(asked.err.find("batchcheck test: a LibTorch error"), std::string::npos) << asked.err;
 }
+
+// 10 samples in batches of 2; sample 3's log is NaN. The localizer names aten::log; when it
+// dies itself, the batch's finding stands without a root cause and the scan goes on.
+void log_setup(Workspace& w) {
+  w.inputs(10, 3, [](uint64_t i, uint64_t) { return i == 3 ? -1.0f : 0.5f; })
+      .float_targets(std::vector<float>(10, 0.0f))
+      .model("def forward(self, x):\n    return torch.log(x).sum(1, keepdim=True)\n")
+      .loader(R"({"batch_size": 2})");
+}
+
+TEST(Supervisor, RootCauseCrossesTheJournal) {
+  Workspace w("sup-cause");
+  log_setup(w);
+  BinaryRun r = run_binary(w, "");
+  EXPECT_EQ(r.code, 1) << r.err;
+  const Json* f = find(r.report, "output-nonfinite");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 1);
+  EXPECT_EQ((*f)["root_cause"]["op"], "aten::log") << f->dump(2);
+  EXPECT_EQ((*f)["root_cause"]["inputs"][0]["negative"], 3);
+  EXPECT_EQ((*f)["occurrences"][0]["root_cause"], (*f)["root_cause"]);
+  EXPECT_NE(r.err.find("root cause at "), std::string::npos) << r.err;
+}
+
+TEST(Supervisor, CrashWhileLocalizingKeepsTheFindingAndGoesOnWithoutRootCauses) {
+  Workspace w("sup-cause-crash");
+  log_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=localize:SEGV");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], true);
+  EXPECT_EQ(r.report["batches"]["checked"], 5);
+  EXPECT_EQ(find(r.report, "forward-crash"), nullptr) << r.report.dump(2);  // the batch did not crash
+  const Json* f = find(r.report, "output-nonfinite");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 1);
+  EXPECT_FALSE(f->contains("root_cause"));
+  bool noted = false;
+  for (const auto& n : r.report["notes"]) {
+    noted |= n.get<std::string>().find("localizing the root cause of batch 1 crashed the scan engine (SIGSEGV") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << r.report["notes"].dump();
+}

@@ -117,6 +117,22 @@ void Aggregator::end(const StepEnd& e) {
   }
 }
 
+void Aggregator::cause(CauseEvent&& c) {
+  localizing_.reset();
+  if (c.root_cause.is_null()) return;
+  const StepInfo& at = c.at;
+  for (const auto& id : c.ids) {
+    auto it = index_.find(std::make_tuple(id, at.rank ? static_cast<int64_t>(*at.rank) : -1, at.probe ? at.size : 0));
+    if (it == index_.end()) continue;
+    Finding& f = findings_[it->second];
+    // The finding's own is its first localized batch's; each batch keeps its own.
+    if (f.root_cause.is_null()) f.root_cause = c.root_cause;
+    for (auto& o : f.occurrences) {
+      if (o.rank == at.rank && o.batch == at.batch) o.root_cause = c.root_cause;
+    }
+  }
+}
+
 void Aggregator::finish(const ScanEnd& e) {
   finished_ = true;
   end_ = e;
@@ -184,7 +200,7 @@ void Aggregator::commit(const RecordEvent& r) {
     ++f->occurrences_total;
     if (f->occurrences.size() < kOccurrenceCap) {
       f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json(),
-                                other_cause(r, *f) ? r.message : std::string()});
+                                other_cause(r, *f) ? r.message : std::string(), nullptr});
     }
   }
   // This batch's occurrence, unless it fell past the cap.
@@ -240,6 +256,9 @@ void Aggregator::finish_findings() {
   // NaN that came from the model's own weights: each batch's NaN names them.
   const nlohmann::ordered_json cause = model_root_cause(start_.model, cfg_.model.mode);
   for (Finding& f : findings_) {
+    if (f.root_cause.is_object() && f.root_cause.value("summary", nlohmann::ordered_json()).is_string()) {
+      f.message += "; " + f.root_cause["summary"].get<std::string>();
+    }
     if (cause.is_null() || f.id == "model-nonfinite") continue;
     if (f.id == "output-nonfinite" || f.id == "loss-nonfinite" || f.id == "gradient-nonfinite") {
       f.root_cause = cause;

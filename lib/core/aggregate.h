@@ -29,10 +29,15 @@ class Aggregator : public ScanSink {
   void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
   void record(RecordEvent&& r) override;
   void end(const StepEnd& e) override;
+  void localizing(const StepInfo& s) override { localizing_ = s; }
+  void cause(CauseEvent&& c) override;
   void finish(const ScanEnd& e) override;
 
   // Forgets the records of steps that began but did not end (their replay died).
   void abandon_open_steps();
+  // The step whose bad value is being localized, if a replay died doing it; forget() it.
+  std::optional<StepInfo> localizing() const { return localizing_; }
+  void forget_localizing() { localizing_.reset(); }
   // The step that began last and has not ended, if any.
   std::optional<StepInfo> open_step() const;
   // Reports the open step as failed in the replay's process (a crash, a timeout): `id`,
@@ -74,6 +79,7 @@ class Aggregator : public ScanSink {
   uint64_t done_ = 0;                             // replay steps ended
   uint64_t largest_ok_ = 0;
   std::optional<BatchShapes> first_, last_;
+  std::optional<StepInfo> localizing_;
   Series series_;  // per-batch statistics for the report's plots
   std::vector<std::string> extra_notes_;
   std::chrono::steady_clock::time_point t0_, last_draw_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/root_cause.h"
 #include "core/value_check.h"
 
 namespace batchcheck {
@@ -123,6 +124,9 @@ class BatchView {
   // loss.aux's extra outputs, by position in loss.aux.
   virtual ValueStats check_aux(std::size_t /*k*/, const ValueRule& /*rule*/) { return {}; }
   virtual LossResult aux_loss(std::size_t /*k*/, const LossConfig& /*loss*/) { return {}; }
+  // Re-runs this batch's forward instrumented to say where a bad value came from
+  // (core/root_cause.h); called on the main thread, never while another forward runs.
+  virtual std::optional<Localization> localize(const LocalizeRequest& /*req*/) { return std::nullopt; }
 };
 
 class Backend {
@@ -166,6 +170,8 @@ class Backend {
   // train mode). A traced model runs BatchNorm on one value per channel without the
   // Python check that raises, and its running_var silently turns NaN.
   virtual std::vector<std::string> nonfinite_batchnorm_stats() { return {}; }
+  // The current batch's forward again, instrumented: where its bad value came from.
+  virtual std::optional<Localization> localize(const LocalizeRequest& /*req*/) { return std::nullopt; }
   // The current batch's prediction and target, usable from another thread; nullptr when
   // the backend cannot provide one (the scan then checks synchronously).
   virtual std::shared_ptr<BatchView> snapshot() { return nullptr; }

@@ -277,7 +277,7 @@ void check_aux_outputs(const JsonObject& top, const Config& cfg) {
 }
 
 void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& model) {
-  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward"});
+  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward", "root_cause"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
   if (auto p = c.uint_list("probe_batch_sizes", 1)) {
@@ -289,6 +289,7 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
   }
   out.max_batches = c.uint("max_batches").value_or(0);
   out.backward = c.boolean("backward");
+  out.root_cause = c.boolean("root_cause").value_or(true);
   if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {
     c.fail("backward", "a .pt2 program (AOTInductor) has no autograd: backward runs only with a TorchScript archive");
   }

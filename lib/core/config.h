@@ -176,6 +176,9 @@ struct ChecksConfig {
   // Back-propagate each batch's loss (gradients cleared after each batch, no optimizer
   // step). Unset: on in train mode, off in eval mode.
   std::optional<bool> backward;
+  // Re-run the first batches of each NaN/range finding instrumented to say where the bad
+  // value came from (root_cause). On by default: it costs nothing on a clean setup.
+  bool root_cause = true;
 };
 
 struct Config {

@@ -1,5 +1,6 @@
 #include "core/error_text.h"
 
+#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -38,6 +39,33 @@ bool library_frame(const std::string& file) {
     if (file.find(part) != std::string::npos) return true;
   }
   return starts_with(file, "torch/");
+}
+
+std::optional<SourceFrame> user_frame_of_trace(const std::string& stack) {
+  std::istringstream in(stack);
+  std::optional<SourceFrame> innermost;
+  for (std::string l; std::getline(in, l);) {
+    // "path(N): function"
+    const auto close = l.rfind("): ");
+    const auto open = close == std::string::npos ? std::string::npos : l.rfind('(', close);
+    if (open == std::string::npos || open == 0) break;  // past the frames ("Serialized ...")
+    const std::string digits = l.substr(open + 1, close - open - 1);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) break;
+    SourceFrame f{l.substr(0, open), std::stoull(digits)};
+    if (f.file.find("torch/jit/_trace.py") != std::string::npos) break;  // the tracing call itself
+    if (!innermost) innermost = f;
+    if (!library_frame(f.file)) return f;
+  }
+  return innermost;
+}
+
+std::string file_line_text(const std::string& file, uint64_t line) {
+  std::ifstream in(file);
+  std::string text;
+  for (uint64_t n = 1; n <= line && std::getline(in, text); ++n) {
+    if (n == line) return trim(text);
+  }
+  return "";
 }
 
 ErrorText parse_error_text(const std::string& what) {

@@ -1,6 +1,8 @@
 #pragma once
 // Turning LibTorch / TorchScript exception texts into what a user needs: one line
 // with the error, the TorchScript source location, the traceback without C++ frames.
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace batchcheck {
@@ -22,5 +24,18 @@ struct ErrorText {
 bool library_frame(const std::string& file);
 
 ErrorText parse_error_text(const std::string& what);
+
+// A traced archive records each op's Python stack as its source, innermost first, one
+// "path(N): function" per line, down to torch.jit.trace's caller. The user's frame: the
+// innermost outside library code, above torch.jit.trace's own frames (else the innermost).
+struct SourceFrame {
+  std::string file;
+  uint64_t line = 0;
+};
+std::optional<SourceFrame> user_frame_of_trace(const std::string& stack);
+
+// Line `line` (1-based) of a file, trimmed, as Python's traceback reads it; "" when the file
+// cannot be read (the model was traced on another machine).
+std::string file_line_text(const std::string& file, uint64_t line);
 
 }  // namespace batchcheck

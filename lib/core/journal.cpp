@@ -87,7 +87,7 @@ Finding finding_of(const json& j) {
   for (const auto& o : j.at("occurrences")) {
     f.occurrences.push_back({opt_of<uint64_t>(o.at("rank")), opt_of<uint64_t>(o.at("batch")),
                              o.at("samples").get<std::vector<int64_t>>(), o.at("count").get<uint64_t>(),
-                             o.at("files"), o.at("message").get<std::string>()});
+                             o.at("files"), o.at("message").get<std::string>(), nullptr});
   }
   f.occurrences_total = j.at("occurrences_total").get<uint64_t>();
   return f;
@@ -126,7 +126,8 @@ std::string encode_request(const EngineRequest& r) {
   json j = {{"command", command_json(r.command)},
             {"resume", {{"start_step", r.resume.start_step},
                         {"skip", r.resume.skip},
-                        {"largest_ok_batch", r.resume.largest_ok_batch}}}};
+                        {"largest_ok_batch", r.resume.largest_ok_batch},
+                        {"localize", r.resume.localize}}}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -139,6 +140,7 @@ EngineRequest decode_request(const std::string& text) {
     r.resume.start_step = res.at("start_step").get<uint64_t>();
     r.resume.skip = res.at("skip").get<std::set<uint64_t>>();
     r.resume.largest_ok_batch = res.at("largest_ok_batch").get<uint64_t>();
+    r.resume.localize = res.at("localize").get<bool>();
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw InternalError(std::string("malformed engine request: ") + e.what());
@@ -219,6 +221,12 @@ void JournalWriter::end(const StepEnd& e) {
          {"stats", stats}});
 }
 
+void JournalWriter::localizing(const StepInfo& s) { write({{"e", "localizing"}, {"at", step_json(s)}}); }
+
+void JournalWriter::cause(CauseEvent&& c) {
+  write({{"e", "cause"}, {"at", step_json(c.at)}, {"ids", c.ids}, {"root_cause", c.root_cause}});
+}
+
 void JournalWriter::finish(const ScanEnd& e) {
   write({{"e", "finish"}, {"complete", e.complete}, {"device_lost", e.device_lost}});
 }
@@ -293,6 +301,15 @@ JournalLine apply_journal_line(const std::string& line, ScanSink& sink) {
         s.stats = b;
       }
       sink.end(s);
+    } else if (e == "localizing") {
+      sink.localizing(step_of(j.at("at")));
+    } else if (e == "cause") {
+      CauseEvent c;
+      c.at = step_of(j.at("at"));
+      c.ids = j.at("ids").get<std::vector<std::string>>();
+      c.root_cause = j.at("root_cause");
+      if (!c.root_cause.is_null() && !c.root_cause.is_object()) throw std::invalid_argument("root_cause");
+      sink.cause(std::move(c));
     } else if (e == "finish") {
       sink.finish({j.at("complete").get<bool>(), j.at("device_lost").get<bool>()});
     } else if (e == "loading") {

@@ -33,6 +33,8 @@ class JournalWriter : public ScanSink {
   void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
   void record(RecordEvent&& r) override;
   void end(const StepEnd& e) override;
+  void localizing(const StepInfo& s) override;
+  void cause(CauseEvent&& c) override;
   void finish(const ScanEnd& e) override;
   // Which input file the child is about to read (a crash while loading names it).
   void loading(const std::string& file);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -11,7 +12,9 @@
 #include "core/errors.h"
 #include "core/findings.h"
 #include "core/forward_stage.h"
+#include "core/localize_stage.h"
 #include "core/loss_stage.h"
+#include "core/model_findings.h"
 #include "core/post_stage.h"
 #include "core/text.h"
 #include "core/value_findings.h"
@@ -36,6 +39,7 @@ class CurrentBatch : public BatchView {
   LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
   ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return backend_.check_aux(k, rule); }
   LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return backend_.aux_loss(k, loss); }
+  std::optional<Localization> localize(const LocalizeRequest& req) override { return backend_.localize(req); }
 
  private:
   Backend& backend_;
@@ -59,7 +63,11 @@ struct PendingPost {
   BatchContext ctx;
   StepEnd end;
   std::future<PostResult> result;
+  std::shared_ptr<BatchView> view;  // for localizing its bad values afterwards
+  std::optional<ValueRule> rule;    // the prediction's contract
 };
+
+
 
 class Replayer {
  public:
@@ -81,6 +89,8 @@ class Replayer {
   void forward_failed(const BatchContext& ctx, const ForwardResult& fwd);
   void check_batchnorm_stats(const BatchContext& ctx);
   void run_backward(const BatchContext& ctx);
+  void localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
+                BatchView& view);
   void run_probes(uint64_t first_step, uint64_t samples);
   bool stop_requested() const { return device_lost_ || (settings_.stop && settings_.stop->load() != 0); }
   StepEnd step_end(const BatchContext& ctx, bool forward_ok) const;
@@ -101,6 +111,8 @@ class Replayer {
   std::vector<std::string> input_names_;  // the backend's input fields, fixed for the scan
   std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
   std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
+  bool localize_ = true;
+  std::map<std::string, unsigned> localized_;  // per finding id
   std::unique_ptr<PendingPost> pending_;
   std::unique_ptr<Worker<PostResult>> worker_;
 };
@@ -232,6 +244,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     StepEnd end = step_end(ctx, true);
     end.stats = post.stats;
     sink_.end(end);
+    localize(ctx, post.emitted, plan.output_rule, current);
     return;
   }
   if (!worker_) worker_ = std::make_unique<Worker<PostResult>>();
@@ -240,6 +253,8 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   pending_->ctx = ctx;
   pending_->ctx.indices = &pending_->indices;
   pending_->end = step_end(ctx, true);
+  pending_->view = view;
+  pending_->rule = plan.output_rule;
   pending_->result = worker_->submit([this, post_in, view] { return post_stage(cfg_.loss, post_in, *view); });
 }
 
@@ -255,6 +270,7 @@ void Replayer::collect_pending() {
   apply(p->ctx, post.emitted);
   p->end.stats = post.stats;
   sink_.end(p->end);
+  localize(p->ctx, post.emitted, p->rule, *p->view);
   batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
 }
 
@@ -263,6 +279,23 @@ void Replayer::run_backward(const BatchContext& ctx) {
     if (e->id == "cuda-device-assert") device_lost_ = true;
     apply(ctx, {*e});
   }
+}
+
+// After the step ended: re-run the batch instrumented to say where its NaN or out-of-range
+// prediction came from. The sink hears the start first, so a process that dies here is known
+// to have died in the localizer, not in the batch.
+void Replayer::localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
+                        BatchView& view) {
+  if (!localize_) return;
+  std::optional<LocalizePlan> plan = plan_localize(emitted, rule, ctx.size(), localized_);
+  if (!plan) return;
+  sink_.localizing(ctx.step);
+  std::optional<Localization> l = view.localize(plan->req);
+  CauseEvent c;
+  c.at = ctx.step;
+  c.ids = plan->ids;
+  c.root_cause = l ? root_cause_json(*l, *ctx.indices) : nlohmann::ordered_json();
+  sink_.cause(std::move(c));
 }
 
 void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
@@ -321,6 +354,8 @@ void Replayer::run(const OrderFn& order) {
   model_ = backend_.model();
   input_names_ = backend_.input_names();
   backward_ = backward_enabled(cfg_);
+  // Weights that are NaN in the file are every batch's root cause already (model-nonfinite).
+  localize_ = cfg_.checks.root_cause && resume_.localize && model_root_cause(model_, cfg_.model.mode).is_null();
   bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));

@@ -18,6 +18,7 @@ struct ReplayResume {
   uint64_t start_step = 0;
   std::set<uint64_t> skip;        // steps at or after start_step that must not run again
   uint64_t largest_ok_batch = 0;  // the largest batch size whose forward succeeded so far
+  bool localize = true;           // false after the localizer itself crashed or hung
 };
 
 // Throws InputError for unusable input (an unreadable batch, a rank that does not exist).

@@ -74,6 +74,7 @@ nlohmann::ordered_json to_json(const Finding& f) {
                      {"count", o.count}});
       if (!o.files.is_null()) occ.back()["files"] = o.files;
       if (!o.message.empty()) occ.back()["message"] = o.message;
+      if (!o.root_cause.is_null()) occ.back()["root_cause"] = o.root_cause;
     }
     j["occurrences"] = occ;
     j["occurrences_total"] = std::max<uint64_t>(f.occurrences_total, f.occurrences.size());

@@ -38,6 +38,8 @@ struct Occurrence {
   // This batch's own message, when it differs from the finding's (the first batch's): two
   // batches may fail forward for different reasons (a bad box, then a bad label).
   std::string message;
+  // Where this batch's bad value came from, when localized (null otherwise).
+  nlohmann::ordered_json root_cause;
 };
 
 struct Finding {

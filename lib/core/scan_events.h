@@ -63,6 +63,14 @@ struct StepEnd {
   std::optional<BatchStats> stats;    // the post-forward stage's, for the report's plots
 };
 
+// Where the bad values of a step came from (core/root_cause.h), told after the step ended:
+// the ids it explains and the report's root_cause (null when nothing was localized).
+struct CauseEvent {
+  StepInfo at;
+  std::vector<std::string> ids;
+  nlohmann::ordered_json root_cause;
+};
+
 struct ScanEnd {
   bool complete = true;
   bool device_lost = false;  // a CUDA device-side assert stopped the scan
@@ -76,6 +84,10 @@ class ScanSink {
   virtual void begin(const StepInfo& s, const std::vector<int64_t>& indices) = 0;
   virtual void record(RecordEvent&& r) = 0;
   virtual void end(const StepEnd& e) = 0;
+  // Localizing a step's bad value (after the step ended): its start, then its result. A
+  // process that dies in between died in the localizer, not in the batch.
+  virtual void localizing(const StepInfo& /*s*/) {}
+  virtual void cause(CauseEvent&& /*c*/) {}
   virtual void finish(const ScanEnd& e) = 0;
 };
 

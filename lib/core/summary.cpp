@@ -40,6 +40,13 @@ std::string format_summary(const ScanResult& result) {
       }
       out << "\n";
     }
+    // Where the bad value was born: the user's line (root_cause, when localized).
+    const auto& rc = f.root_cause;
+    if (rc.is_object() && rc.contains("file") && rc["file"].is_string() && rc.contains("line")) {
+      out << "    root cause at " << rc["file"].get<std::string>() << ":" << rc["line"].dump();
+      if (rc.contains("source_line") && rc["source_line"].is_string()) out << ": " << rc["source_line"].get<std::string>();
+      out << "\n";
+    }
     // Later batches that failed for another reason under the same id (a few).
     int others = 0;
     for (const auto& o : f.occurrences) {

@@ -6,13 +6,16 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/config.h"
+#include "core/root_cause.h"
 
 namespace batchcheck {
 
@@ -30,6 +33,18 @@ class ModelRunner {
   virtual void reset() = 0;
   // BatchNorm modules whose running statistics are no longer finite.
   virtual std::vector<std::string> nonfinite_batchnorm_stats() = 0;
+  // Forward once more through an instrumented copy of the model (engine/localize.h), with
+  // autograd off; nullopt where the format keeps no graph to instrument (an AOTInductor
+  // package). `prediction` selects the prediction from forward's value. Throws what the
+  // model raises.
+  virtual std::optional<Localization> localize(const std::vector<c10::IValue>& /*inputs*/, const LocalizeRequest& /*req*/,
+                                               const std::function<at::Tensor(const c10::IValue&)>& /*prediction*/) {
+    return std::nullopt;
+  }
+  // The buffers as they are now, and back: re-running a batch to localize a bad value must
+  // not move the running statistics the next batches see.
+  virtual std::vector<at::Tensor> save_buffers() { return {}; }
+  virtual void restore_buffers(const std::vector<at::Tensor>& /*saved*/) {}
 };
 
 // dlopens model.libraries (custom operators register as they load). Throws InputError.

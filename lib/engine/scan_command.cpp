@@ -112,11 +112,11 @@ namespace {
 
 // BATCHCHECK_TEST_FAULT, for the supervisor's tests: "load:SIG" dies of signal SIG while
 // loading the inputs, "step:N:SIG" when step N begins, "from:N:SIG" when any step from N on
-// begins (SIG: SEGV, ABRT, KILL, BUS, FPE). A real
+// begins, "localize:SIG" when root-cause localization starts (SIG: SEGV, ABRT, KILL, BUS, FPE). A real
 // death by that signal: what the supervisor sees is what a crash inside LibTorch gives.
 // "log:" logs a warning and an error through LibTorch's own logging (glog or c10's).
 struct TestFault {
-  std::string where;  // "load", "step" or "from"
+  std::string where;  // "load", "step", "from" or "localize"
   uint64_t step = 0;
   int sig = 0;
 };
@@ -163,6 +163,11 @@ class FaultSink : public ScanSink {
   }
   void record(RecordEvent&& r) override { inner_.record(std::move(r)); }
   void end(const StepEnd& e) override { inner_.end(e); }
+  void localizing(const StepInfo& s) override {
+    inner_.localizing(s);
+    if (fault_ && fault_->where == "localize") die_of(fault_->sig);
+  }
+  void cause(CauseEvent&& c) override { inner_.cause(std::move(c)); }
   void finish(const ScanEnd& e) override { inner_.finish(e); }
 
  private:

@@ -24,6 +24,7 @@
 #include "engine/compat.h"
 #include "engine/data_source.h"
 #include "engine/model_runner.h"
+#include "engine/localize.h"
 #include "engine/outputs.h"
 #include "engine/torch_util.h"
 
@@ -107,8 +108,11 @@ LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConf
 // thread runs the next forward.
 class TorchBatchView : public BatchView {
  public:
-  TorchBatchView(at::Tensor output, std::vector<at::Tensor> aux, at::Tensor target, c10::Device device, bool sync)
-      : output_(std::move(output)), target_(std::move(target)), aux_(std::move(aux)), device_(device), sync_(sync) {}
+  using Localize = std::function<std::optional<Localization>(const LocalizeRequest&)>;
+  TorchBatchView(at::Tensor output, std::vector<at::Tensor> aux, at::Tensor target, c10::Device device, bool sync,
+                 Localize localize)
+      : output_(std::move(output)), target_(std::move(target)), aux_(std::move(aux)), device_(device), sync_(sync),
+        localize_(std::move(localize)) {}
   ValueStats check(Slot slot, const ValueRule& rule) override {
     at::Tensor& cached = slot == Slot::Output ? output_host_ : target_host_;
     if (!cached.defined()) cached = for_kernel((slot == Slot::Output ? output_ : target_).detach());
@@ -117,12 +121,14 @@ class TorchBatchView : public BatchView {
   LossResult loss(const LossConfig& loss) override { return run_loss(output_, target_, loss, device_, sync_); }
   ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return check_tensor(for_kernel(aux_.at(k).detach()), rule); }
   LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return run_loss(aux_.at(k), target_, loss, device_, sync_); }
+  std::optional<Localization> localize(const LocalizeRequest& req) override { return localize_(req); }
 
  private:
   at::Tensor output_, target_, output_host_, target_host_;
   std::vector<at::Tensor> aux_;
   c10::Device device_;
   bool sync_;
+  Localize localize_;  // holds the batch's inputs
 };
 
 // Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): one line each on
@@ -262,7 +268,16 @@ class TorchBackend : public Backend {
     return fields;
   }
 
+  // What forward takes: the input fields, then with loss type "model" the targets
+  // (model(images, targets)).
+  std::vector<c10::IValue> forward_args() const {
+    std::vector<c10::IValue> args = inputs_;
+    if (cfg_.loss.type == LossType::Model) args.push_back(target_list_.isNone() ? c10::IValue(target_) : target_list_);
+    return args;
+  }
+
   std::optional<LoadFailure> load_batch(const std::vector<int64_t>& indices) override {
+    batch_size_ = indices.size();
     Staged s;
     if (pending_.valid()) {
       s = pending_.get();  // rethrows what the worker threw (e.g. a truncated file)
@@ -315,10 +330,7 @@ class TorchBackend : public Backend {
     try {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      std::vector<c10::IValue> args = inputs_;
-      // Loss type "model": forward takes the targets after the inputs (model(images, targets)).
-      if (cfg_.loss.type == LossType::Model) args.push_back(target_list_.isNone() ? c10::IValue(target_) : target_list_);
-      SelectedOutputs out = select_outputs(model_->forward(args), cfg_);
+      SelectedOutputs out = select_outputs(model_->forward(forward_args()), cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
       loss_terms_ = std::move(out.loss_terms);
@@ -340,7 +352,14 @@ class TorchBackend : public Backend {
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
     if (opt_.backward || cfg_.loss.type == LossType::Model) return nullptr;
-    return std::make_shared<TorchBatchView>(output_, aux_, target_, device_, opt_.sync);
+    return std::make_shared<TorchBatchView>(output_, aux_, target_, device_, opt_.sync,
+                                            [this, args = forward_args()](const LocalizeRequest& req) {
+                                              return localize_batch(*model_, cfg_, args, batch_size_, req);
+                                            });
+  }
+
+  std::optional<Localization> localize(const LocalizeRequest& req) override {
+    return localize_batch(*model_, cfg_, forward_args(), batch_size_, req);
   }
 
   TensorMeta aux_meta(std::size_t k) const override { return k < aux_.size() ? meta_of(aux_[k]) : TensorMeta{}; }
@@ -546,6 +565,7 @@ class TorchBackend : public Backend {
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<ModelRunner> model_;
   std::vector<c10::IValue> inputs_;  // the input fields, in forward's order
+  uint64_t batch_size_ = 0;
   at::Tensor target_, output_, loss_, none_;
   c10::IValue target_list_;  // loader.collate.list: the targets as a list of samples
   std::vector<at::Tensor> aux_;  // loss.aux's outputs

@@ -14,6 +14,7 @@
 #include "core/file_kind.h"
 #include "core/files.h"
 #include "core/text.h"
+#include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"
 
@@ -57,6 +58,42 @@ class TorchScriptRunner : public ModelRunner {
     if (!method) throw InputError(path_, "", "the TorchScript module has no forward method");
     check_inputs(method->function().getSchema(), model);
     find_frozen_mode_ops(*method);
+  }
+
+  std::optional<Localization> localize(const std::vector<c10::IValue>& inputs, const LocalizeRequest& req,
+                                       const std::function<at::Tensor(const c10::IValue&)>& prediction) override {
+    torch::jit::Method method = module_.get_method("forward");
+    if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(torch::jit::toGraphFunction(method.function()).graph());
+    // The interpreter takes [self, args...] with defaults filled in, as Method() would pass them.
+    std::vector<c10::IValue> stack{module_._ivalue()};
+    torch::jit::Kwargs kwargs;
+    switch (kind_) {
+      case InputsKind::Named:
+        for (std::size_t k = 0; k < inputs.size(); ++k) kwargs.emplace(args_[k], inputs[k]);
+        break;
+      case InputsKind::Record: {
+        c10::Dict<std::string, at::Tensor> record;
+        for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k].toTensor());
+        stack.emplace_back(record);
+        break;
+      }
+      case InputsKind::Single:
+      case InputsKind::Positional: stack.insert(stack.end(), inputs.begin(), inputs.end()); break;
+    }
+    method.function().getSchema().checkAndNormalizeInputs(stack, kwargs);
+    at::NoGradGuard no_grad;
+    c10::IValue out = localizer_->run(std::move(stack), req);
+    return localizer_->result(prediction(out), req);
+  }
+
+  std::vector<at::Tensor> save_buffers() override {
+    std::vector<at::Tensor> now;
+    for (const auto& b : saved_buffers_) now.push_back(b.first.detach().clone());
+    return now;
+  }
+  void restore_buffers(const std::vector<at::Tensor>& saved) override {
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < saved.size() && i < saved_buffers_.size(); ++i) saved_buffers_[i].first.copy_(saved[i]);
   }
 
   c10::IValue forward(const std::vector<c10::IValue>& inputs) override {
@@ -276,6 +313,7 @@ class TorchScriptRunner : public ModelRunner {
   std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
   std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
   std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
+  std::unique_ptr<ForwardLocalizer> localizer_;  // built on the first batch to localize
 };
 
 }  // namespace

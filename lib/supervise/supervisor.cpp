@@ -154,7 +154,7 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
   bool eof = false;
   while (!eof) {
     double limit = 0;  // no limit
-    if (agg.started() && agg.open_step()) {
+    if (agg.started() && (agg.open_step() || agg.localizing())) {
       limit = batch_limit(cmd, slowest);
     }
     int wait_ms = 1000;
@@ -198,7 +198,8 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
       end.stopped = true;
       stop_deadline = Clock::time_point::max();
     }
-    if (!eof && !end.stopped && limit > 0 && seconds_since(last_event) >= limit && agg.open_step()) {
+    if (!eof && !end.stopped && limit > 0 && seconds_since(last_event) >= limit &&
+        (agg.open_step() || agg.localizing())) {
       ::kill(child.pid, SIGKILL);
       end.timed_out = true;
       eof = true;
@@ -304,6 +305,22 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
         throw InputError("", "", "the scan engine died while starting (" + how + ")" + limits);
       }
       throw std::runtime_error("the scan engine ended before the scan started (" + how + ")");
+    }
+    if (const std::optional<StepInfo> loc = agg.localizing()) {
+      // The localizer died, not the batch: the batch's findings stand without their root
+      // cause, and the rest of the scan goes on without localizing.
+      agg.forget_localizing();
+      agg.abandon_open_steps();
+      const std::string which = loc->probe ? "the probe batch of " + plural(loc->size, "sample")
+                                           : "batch " + std::to_string(loc->batch.value_or(0));
+      agg.note("localizing the root cause of " + which + " " +
+               (e.timed_out ? "ran longer than the batch timeout" : "crashed the scan engine (" + how + ")") +
+               ": the scan went on without root causes");
+      request.resume.start_step = agg.watermark();
+      request.resume.skip = agg.ended_above();
+      request.resume.largest_ok_batch = agg.largest_ok_batch();
+      request.resume.localize = false;
+      continue;
     }
     const std::optional<StepInfo> step = agg.open_step();
     if (!step) {

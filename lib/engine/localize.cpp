@@ -1,0 +1,411 @@
+#include "engine/localize.h"
+
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <cmath>
+#include <unordered_map>
+
+#include "core/error_text.h"
+
+namespace batchcheck {
+
+namespace jit = torch::jit;
+
+namespace {
+
+constexpr std::size_t kChainShown = 5;
+
+bool is_tensor(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// The module path of an inlined node: the instance names of the calls it was inlined through.
+std::string module_path(const jit::Node* n) {
+  std::string out;
+  if (auto cs = n->callstack()) {
+    for (const auto& entry : (*cs)->vec()) {
+      const auto& info = std::get<2>(entry);
+      if (!info) continue;
+      if (!out.empty()) out += ".";
+      out += info->instance_name();
+    }
+  }
+  return out;
+}
+
+// The file, line and text a source range stands for: the archive's debug records map its
+// serialized code back to the user's own file. False when it has no file.
+bool locate(const jit::SourceRange& serialized, OpSite& s) {
+  auto original = serialized.findSourceRangeThatGenerated();
+  const jit::SourceRange& r = original ? *original : serialized;
+  if (!r.source()) return false;
+  const auto& src = r.source();
+  // A traced op's source is the tracer's Python stack, not code.
+  const std::string text = src->text_str().str();
+  if (original && text.find("): ") != std::string::npos) {
+    if (auto frame = user_frame_of_trace(text)) {
+      s.file = frame->file;
+      s.line = frame->line;
+      s.source_line = file_line_text(frame->file, frame->line);
+      return true;
+    }
+  }
+  auto flc = r.file_line_col();
+  if (!flc) return false;
+  s.file = std::get<0>(*flc);
+  s.line = std::get<1>(*flc);
+  s.source_line = trim(src->get_line(src->lineno_for_offset(r.start())).str());
+  return true;
+}
+
+OpSite op_site(const jit::Node* n) {
+  OpSite s;
+  s.op = n->kind().toQualString();
+  s.module = module_path(n);
+  if (!locate(n->sourceRange(), s) || !library_frame(s.file)) return s;
+  // An op inside torch's own code (nn.Linear's F.linear): the user's call that led there,
+  // from the innermost call site outward.
+  if (auto cs = n->callstack()) {
+    auto calls = (*cs)->vec();
+    for (auto it = calls.rbegin(); it != calls.rend(); ++it) {
+      OpSite caller = s;
+      if (locate(std::get<1>(*it), caller) && !library_frame(caller.file)) {
+        s.file = caller.file;
+        s.line = caller.line;
+        s.source_line = caller.source_line;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+// The smallest and largest value in one pass; NaN propagates into both.
+bool min_max(const at::Tensor& t, double& lo, double& hi) {
+  at::Tensor d = t.detach();
+  try {
+    auto mm = at::aminmax(d);
+    lo = std::get<0>(mm).item<double>();
+    hi = std::get<1>(mm).item<double>();
+  } catch (const std::exception&) {
+    auto mm = at::aminmax(d.to(at::kFloat));
+    lo = std::get<0>(mm).item<double>();
+    hi = std::get<1>(mm).item<double>();
+  }
+  return std::isfinite(lo) && std::isfinite(hi);
+}
+
+bool usable(const at::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
+
+uint64_t count(const at::Tensor& mask) { return static_cast<uint64_t>(mask.sum().item<int64_t>()); }
+
+TensorSummary summarize(const at::Tensor& t, const std::string& name, std::optional<double> lo, std::optional<double> hi) {
+  TensorSummary s;
+  s.name = name;
+  s.shape = t.sizes().vec();
+  s.elements = static_cast<uint64_t>(t.numel());
+  if (!t.defined() || t.numel() == 0) return s;
+  at::Tensor d = t.detach().to(at::kCPU).to(at::kDouble);
+  s.nan = count(at::isnan(d));
+  s.pos_inf = count(at::isposinf(d));
+  s.neg_inf = count(at::isneginf(d));
+  at::Tensor fin = d.masked_select(at::isfinite(d));
+  if (fin.numel() == 0) return s;
+  s.min = fin.min().item<double>();
+  s.max = fin.max().item<double>();
+  s.negative = count(fin < 0);
+  s.zero = count(fin == 0);
+  s.outside_unit = count(fin.abs() > 1);
+  if (hi) s.above = count(fin > *hi);
+  if (lo) s.below = count(fin < *lo);
+  return s;
+}
+
+}  // namespace
+
+struct ForwardLocalizer::Impl {
+  // One profiling node: the tensor values it sees, after `node` ran (or, `pre`, before a
+  // node that writes into its inputs, so their values before it are kept).
+  struct Site {
+    jit::Node* node = nullptr;
+    std::vector<jit::Value*> outs, ins;
+    bool pre = false;
+  };
+  struct ValueState {
+    double min = 0, max = 0;
+    bool finite = true;
+    const void* impl = nullptr;  // the tensor it held last, to find the prediction
+    uint64_t seq = 0;
+  };
+
+  std::shared_ptr<jit::Graph> graph;
+  std::unique_ptr<jit::Code> code;
+  std::vector<Site> sites;
+
+  // The state of one run.
+  LocalizeRequest req;
+  std::unordered_map<const jit::Value*, ValueState> values;
+  uint64_t seq = 0;
+  // The first NaN and the first Inf apart: a NaN is often an Inf's child (inf - inf, a
+  // softmax over -inf), and the prediction says which one the finding is about.
+  bool found_nan = false, found_inf = false;
+  Localization first_nan, first_inf;
+  jit::Node* pre_node = nullptr;
+  std::unordered_map<const jit::Value*, at::Tensor> pre_values;
+
+  explicit Impl(const std::shared_ptr<jit::Graph>& forward) {
+    graph = forward->copy();
+    jit::Inline(*graph);
+    Site inputs;
+    inputs.node = graph->param_node();
+    for (jit::Value* v : graph->inputs()) {
+      if (is_tensor(v->type())) inputs.outs.push_back(v);
+    }
+    if (!inputs.outs.empty()) {
+      auto* p = new jit::ProfileIValueOp(graph.get(), nullptr);
+      for (jit::Value* v : inputs.outs) p->addInput(v);
+      graph->block()->prependNode(p);
+      add_site(p, std::move(inputs));
+    }
+    instrument(graph->block());
+    code = std::make_unique<jit::Code>(graph, "batchcheck_localize");
+  }
+
+  void add_site(jit::ProfileIValueOp* p, Site site) {
+    const std::size_t k = sites.size();
+    sites.push_back(std::move(site));
+    p->setCallback([this, k](std::vector<c10::IValue>& stack) { on_site(k, stack); });
+  }
+
+  void instrument(jit::Block* block) {
+    for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+      jit::Node* n = *it;
+      ++it;  // past what gets inserted after n
+      for (jit::Block* b : n->blocks()) instrument(b);
+      Site site;
+      site.node = n;
+      for (jit::Value* o : n->outputs()) {
+        if (is_tensor(o->type())) site.outs.push_back(o);
+      }
+      if (site.outs.empty()) continue;
+      if (n->blocks().empty()) {
+        for (jit::Value* i : n->inputs()) {
+          if (is_tensor(i->type())) site.ins.push_back(i);
+        }
+      }
+      if (const c10::FunctionSchema* schema = n->maybeSchema()) {
+        Site pre;
+        pre.node = n;
+        pre.pre = true;
+        const auto& args = schema->arguments();
+        for (std::size_t a = 0; a < args.size() && a < n->inputs().size(); ++a) {
+          if (args[a].alias_info() && args[a].alias_info()->isWrite() && is_tensor(n->input(a)->type())) {
+            pre.ins.push_back(n->input(a));
+          }
+        }
+        if (!pre.ins.empty()) {
+          auto* p = new jit::ProfileIValueOp(graph.get(), nullptr);
+          for (jit::Value* v : pre.ins) p->addInput(v);
+          p->insertBefore(n);
+          add_site(p, std::move(pre));
+        }
+      }
+      auto* p = new jit::ProfileIValueOp(graph.get(), nullptr);
+      for (jit::Value* v : site.outs) p->addInput(v);
+      for (jit::Value* v : site.ins) p->addInput(v);
+      p->insertAfter(n);
+      add_site(p, std::move(site));
+    }
+  }
+
+  // The interpreter pushes the profiled values, then the frame id.
+  void on_site(std::size_t k, std::vector<c10::IValue>& stack) {
+    stack.pop_back();
+    const Site& site = sites[k];
+    const std::size_t n = site.outs.size() + site.ins.size();
+    const std::size_t base = stack.size() - n;
+    if (site.pre) {
+      if (!found_nan) {
+        pre_node = site.node;
+        pre_values.clear();
+        for (std::size_t i = 0; i < site.ins.size(); ++i) {
+          const c10::IValue& v = stack[base + i];
+          if (v.isTensor() && usable(v.toTensor())) pre_values[site.ins[i]] = v.toTensor().detach().clone();
+        }
+      }
+      stack.resize(base);
+      return;
+    }
+    bool after_nan = false, after_inf = false;
+    for (std::size_t i = 0; i < site.outs.size(); ++i) {
+      const c10::IValue& v = stack[base + i];
+      if (!v.isTensor() || !usable(v.toTensor())) continue;
+      const at::Tensor& t = v.toTensor();
+      ValueState st;
+      st.finite = min_max(t, st.min, st.max);
+      st.impl = t.unsafeGetTensorImpl();
+      st.seq = ++seq;
+      values[site.outs[i]] = st;
+      if (st.finite || !req.nonfinite) continue;
+      const bool nan = std::isnan(st.min) || std::isnan(st.max);
+      if (nan && !found_nan) {
+        found_nan = true;
+        record_first(first_nan, site, i, stack, base);
+      } else if (!nan && !found_inf) {
+        found_inf = true;
+        record_first(first_inf, site, i, stack, base);
+      } else {
+        after_nan = after_nan || found_nan;
+        after_inf = after_inf || found_inf;
+      }
+    }
+    for (auto [after, l] : {std::make_pair(after_nan, &first_nan), std::make_pair(after_inf, &first_inf)}) {
+      if (!after) continue;
+      ++l->chain_total;
+      if (l->chain.size() < kChainShown) l->chain.push_back(op_site(site.node));
+    }
+    stack.resize(base);
+  }
+
+  void record_first(Localization& first, const Site& site, std::size_t out, const std::vector<c10::IValue>& stack,
+                    std::size_t base) {
+    first.seq = seq;
+    jit::Node* n = site.node;
+    first.kind = "nonfinite";
+    first.output = summarize(stack[base + out].toTensor(), "output", std::nullopt, std::nullopt);
+    if (n->kind() == c10::prim::Param) {
+      first.origin = "input";
+      first.name = site.outs[out]->debugName();
+      first.output.name = first.name;
+      return;
+    }
+    if (n->kind() == c10::prim::GetAttr) {
+      first.origin = "parameter";
+      first.site.module = module_path(n);
+      first.name = (first.site.module.empty() ? "" : first.site.module + ".") + n->s(c10::attr::name);
+      first.output.name = first.name;
+      return;
+    }
+    first.origin = "op";
+    first.site = op_site(n);
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    for (std::size_t i = 0; i < site.ins.size(); ++i) {
+      jit::Value* in = site.ins[i];
+      std::string name = "input " + std::to_string(i);
+      if (schema) {
+        for (std::size_t a = 0; a < n->inputs().size() && a < schema->arguments().size(); ++a) {
+          if (n->input(a) == in) {
+            name = schema->arguments()[a].name();
+            break;
+          }
+        }
+      }
+      at::Tensor t;
+      auto kept = pre_node == n ? pre_values.find(in) : pre_values.end();
+      if (kept != pre_values.end()) {
+        t = kept->second;
+      } else {
+        const c10::IValue& v = stack[base + site.outs.size() + i];
+        if (v.isTensor()) t = v.toTensor();
+      }
+      if (t.defined()) first.inputs.push_back(summarize(t, name, std::nullopt, std::nullopt));
+    }
+  }
+
+  bool in_band(const ValueState& s) const {
+    return s.finite && (!req.lo || s.min >= *req.lo) && (!req.hi || s.max <= *req.hi);
+  }
+
+  // Walks back from the prediction along its first computed input while that is still out
+  // of the band: the op whose own input was within it is the one that took the value out.
+  Localization range_origin(const at::Tensor& prediction) const {
+    Localization l;
+    l.kind = "range";
+    l.lo = req.lo;
+    l.hi = req.hi;
+    if (!prediction.defined()) return l;
+    const jit::Value* v = nullptr;
+    uint64_t latest = 0;
+    for (const auto& [value, st] : values) {
+      if (st.impl == prediction.unsafeGetTensorImpl() && st.seq >= latest) {
+        v = value;
+        latest = st.seq;
+      }
+    }
+    if (!v) return l;
+    l.output = summarize(prediction, "prediction", req.lo, req.hi);
+    for (int guard = 0; guard < 100000; ++guard) {
+      const jit::Node* n = v->node();
+      if (n->kind() == c10::prim::Param) {
+        l.origin = "input";
+        l.name = v->debugName();
+        return l;
+      }
+      const jit::Value* main = nullptr;
+      for (const jit::Value* in : n->inputs()) {
+        if (values.count(in) && in->node()->kind() != c10::prim::GetAttr) {
+          main = in;
+          break;
+        }
+      }
+      if (!main || in_band(values.at(main))) {
+        l.origin = "op";
+        l.site = op_site(n);
+        if (main) {
+          TensorSummary s;
+          s.name = "input";
+          s.min = values.at(main).min;
+          s.max = values.at(main).max;
+          l.inputs.push_back(s);
+        }
+        const ValueState& own = values.at(v);
+        l.output.min = own.min;
+        l.output.max = own.max;
+        return l;
+      }
+      v = main;
+    }
+    return l;
+  }
+};
+
+ForwardLocalizer::ForwardLocalizer(const std::shared_ptr<jit::Graph>& forward) : impl_(std::make_unique<Impl>(forward)) {}
+ForwardLocalizer::~ForwardLocalizer() = default;
+
+c10::IValue ForwardLocalizer::run(std::vector<c10::IValue> stack, const LocalizeRequest& req) {
+  Impl& m = *impl_;
+  m.req = req;
+  m.values.clear();
+  m.seq = 0;
+  m.found_nan = m.found_inf = false;
+  m.first_nan = m.first_inf = Localization{};
+  m.pre_node = nullptr;
+  m.pre_values.clear();
+  jit::InterpreterState state(*m.code);
+  state.run(stack);
+  m.pre_values.clear();
+  return stack.empty() ? c10::IValue() : stack.back();
+}
+
+Localization ForwardLocalizer::result(const at::Tensor& prediction, const LocalizeRequest& req) const {
+  const Impl& m = *impl_;
+  if (!req.nonfinite) return m.range_origin(prediction);
+  const bool nan = !prediction.defined() || at::isnan(prediction.detach()).any().item<bool>();
+  if (m.found_nan && (nan || !m.found_inf)) {
+    Localization l = m.first_nan;
+    if (m.found_inf && m.first_inf.seq < m.first_nan.seq && m.first_inf.origin == "op") l.inf_from = m.first_inf.site;
+    return l;
+  }
+  Localization l = m.found_inf ? m.first_inf : Localization{};
+  l.kind = "nonfinite";
+  return l;
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,84 @@
+// The batch side of localizing: the instrumented forward through the model runner, then
+// halving the batch (plain forwards on subsets of its rows) to the samples that cause it.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "core/errors.h"
+#include "engine/localize.h"
+#include "engine/model_runner.h"
+#include "engine/outputs.h"
+
+namespace batchcheck {
+
+namespace {
+
+// The rows of one of forward's arguments, when it is batched along its first dimension (a
+// tensor, or a list of per-sample values); nullopt otherwise.
+std::optional<c10::IValue> take_rows(const c10::IValue& v, const std::vector<uint64_t>& rows, uint64_t batch) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (t.dim() == 0 || static_cast<uint64_t>(t.size(0)) != batch) return std::nullopt;
+    std::vector<int64_t> idx(rows.begin(), rows.end());
+    return c10::IValue(t.index_select(0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(t.device())));
+  }
+  if (v.isList()) {
+    c10::List<c10::IValue> list = v.toList();
+    if (list.size() != batch) return std::nullopt;
+    c10::impl::GenericList out(list.elementType());
+    for (uint64_t r : rows) out.push_back(list.get(r));
+    return c10::IValue(out);
+  }
+  return std::nullopt;
+}
+
+bool still_bad(const at::Tensor& p, const LocalizeRequest& req) {
+  if (!p.defined() || !p.is_floating_point() || p.numel() == 0) return false;
+  at::Tensor d = p.detach();
+  if (req.nonfinite) return !at::isfinite(d).all().item<bool>();
+  at::Tensor out = at::zeros({}, at::TensorOptions().dtype(at::kBool).device(d.device()));
+  if (req.lo) out = out | (d < *req.lo).any();
+  if (req.hi) out = out | (d > *req.hi).any();
+  return out.item<bool>();
+}
+
+}  // namespace
+
+std::optional<Localization> localize_batch(ModelRunner& model, const Config& cfg, const std::vector<c10::IValue>& args,
+                                           uint64_t batch, const LocalizeRequest& req) {
+  std::optional<Localization> result;
+  const std::vector<at::Tensor> kept = model.save_buffers();
+  auto prediction = [&cfg](const c10::IValue& out) { return select_outputs(out, cfg).prediction; };
+  try {
+    result = model.localize(args, req, prediction);
+    if (result) result->forwards = 1;
+    if (result && !result->origin.empty() && req.halve && batch > 1) {
+      bool sliceable = true;
+      for (const auto& a : args) sliceable = sliceable && take_rows(a, {0}, batch).has_value();
+      if (sliceable) {
+        auto fails = [&](const std::vector<uint64_t>& rows) {
+          std::vector<c10::IValue> sub;
+          for (const auto& a : args) sub.push_back(*take_rows(a, rows, batch));
+          try {
+            at::NoGradGuard no_grad;
+            return still_bad(prediction(model.forward(sub)), req);
+          } catch (const std::exception&) {
+            return false;  // another failure (BatchNorm on one sample), not this one
+          }
+        };
+        Halving h = halve_failing_rows(batch, fails);
+        result->halved = true;
+        result->rows = std::move(h.rows);
+        result->batch_dependent = h.batch_dependent;
+        result->forwards += h.forwards;
+      }
+    }
+  } catch (const InputError&) {
+    result.reset();
+  } catch (const std::exception&) {
+    result.reset();
+  }
+  model.restore_buffers(kept);
+  return result;
+}
+
+}  // namespace batchcheck
