@@ -10,4 +10,6 @@ status=0
 python3 scripts/bench.py --build build-bench "$@" || status=$?
 echo
 build-bench/bench/bench_micro --benchmark_min_time=0.2
+echo
+build-bench/bench/bench_localize --benchmark_min_time=0.5
 exit $status

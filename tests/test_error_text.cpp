@@ -94,3 +94,31 @@ TEST(ErrorText, CppBacktraceIsDropped) {
   EXPECT_TRUE(t.location.empty());
   EXPECT_TRUE(t.traceback.empty());
 }
+
+// A traced op's source: the tracer's Python stack, innermost first. The user's frame is the
+// innermost outside torch, before torch.jit.trace's own frames.
+TEST(ErrorText, UserFrameOfATracedOpsStack) {
+  const std::string stack =
+      "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py(134): forward\n"
+      "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1777): _slow_forward\n"
+      "/home/me/model.py(36): forward\n"
+      "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1787): _wrapped_call_impl\n"
+      "/home/me/model.py(166): forward\n"
+      "/venv/lib/python3.11/site-packages/torch/jit/_trace.py(1216): trace_module\n"
+      "/home/me/export.py(20): main\n"
+      "Serialized   File \"code/__torch__/m.py\", line 10\n";
+  auto f = user_frame_of_trace(stack);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->file, "/home/me/model.py");
+  EXPECT_EQ(f->line, 36u);
+  // Only library frames before the trace call: the innermost one.
+  auto lib = user_frame_of_trace(
+      "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py(134): forward\n"
+      "/venv/lib/python3.11/site-packages/torch/jit/_trace.py(1216): trace_module\n"
+      "/home/me/export.py(20): main\n");
+  ASSERT_TRUE(lib);
+  EXPECT_EQ(lib->line, 134u);
+  EXPECT_FALSE(user_frame_of_trace("def forward(self, x):\n    return x\n"));
+  EXPECT_EQ(file_line_text(BATCHCHECK_SOURCE_DIR "/tests/test_error_text.cpp", 1), "#include <gtest/gtest.h>");
+  EXPECT_EQ(file_line_text("/nonexistent/model.py", 3), "");
+}

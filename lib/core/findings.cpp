@@ -60,7 +60,7 @@ void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks
       hit.push_back(r);
       ++f.occurrences_total;
       if (f.occurrences.size() < kOccurrenceCap) {
-        Occurrence occ{r, last, {}, idx.size(), {}, {}};
+        Occurrence occ{r, last, {}, idx.size(), {}, {}, nullptr};
         for (int64_t i : idx) {
           if (occ.samples.size() < kSampleCap) occ.samples.push_back(i);
         }
@@ -226,7 +226,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
     for (uint64_t r : ranks) {
       std::vector<int64_t> idx = plan.batch_indices(r, last);
       if (f.occurrences.size() < kOccurrenceCap) {
-        Occurrence o{r, last, {}, idx.size(), {}, {}};
+        Occurrence o{r, last, {}, idx.size(), {}, {}, nullptr};
         for (int64_t i : idx) {
           if (o.samples.size() < kSampleCap) o.samples.push_back(i);
         }
@@ -292,7 +292,7 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
       if (std::find(padded_ranks.begin(), padded_ranks.end(), rank) == padded_ranks.end()) {
         padded_ranks.push_back(rank);
         ++f.occurrences_total;
-        if (f.occurrences.size() < kOccurrenceCap) f.occurrences.push_back({rank, batch, {}, 0, {}, {}});
+        if (f.occurrences.size() < kOccurrenceCap) f.occurrences.push_back({rank, batch, {}, 0, {}, {}, nullptr});
       }
       for (auto& o : f.occurrences) {
         if (o.rank == rank) {
