@@ -19,6 +19,7 @@ struct LocalizeRequest {
   bool nonfinite = false;               // the first NaN/Inf
   std::optional<double> lo, hi;         // the prediction's band: the op that took it out
   bool halve = false;                   // also the smallest set of rows that still fails
+  uint64_t batch = 0;                   // the batch's samples (rows of its tensors)
 };
 
 // A tensor an operation took or gave, summarized.
@@ -53,6 +54,9 @@ struct Localization {
   uint64_t chain_total = 0;
   std::optional<OpSite> inf_from;  // a NaN made from an Inf: the op that made the Inf
   uint64_t seq = 0;                // the value's place in the run (engine-internal order)
+  // The rows of the batch where the first bad value appeared, when its tensor is batched
+  // along its first dimension and only some rows are bad (engine-internal: halving checks it).
+  std::vector<uint64_t> origin_rows;
   std::optional<double> lo, hi;
   // Halving: the smallest set of the batch's rows that still fails, and whether those rows
   // fail only together (a batch statistic), never alone.

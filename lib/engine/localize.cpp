@@ -65,6 +65,16 @@ bool locate(const jit::SourceRange& serialized, OpSite& s) {
   return true;
 }
 
+// A graph input's debug name is the argument's, with a ".N" suffix where it was renamed.
+std::string argument_name(const jit::Value* v) {
+  std::string name = v->debugName();
+  const auto dot = name.rfind('.');
+  if (dot != std::string::npos && dot + 1 < name.size() && name.find_first_not_of("0123456789", dot + 1) == std::string::npos) {
+    name.resize(dot);
+  }
+  return name;
+}
+
 OpSite op_site(const jit::Node* n) {
   OpSite s;
   s.op = n->kind().toQualString();
@@ -279,10 +289,15 @@ struct ForwardLocalizer::Impl {
     first.seq = seq;
     jit::Node* n = site.node;
     first.kind = "nonfinite";
-    first.output = summarize(stack[base + out].toTensor(), "output", std::nullopt, std::nullopt);
+    const at::Tensor& bad = stack[base + out].toTensor();
+    first.output = summarize(bad, "output", std::nullopt, std::nullopt);
+    if (req.batch > 1 && bad.dim() > 0 && static_cast<uint64_t>(bad.size(0)) == req.batch) {
+      at::Tensor rows = at::logical_not(at::isfinite(bad.detach().reshape({bad.size(0), -1}))).any(1).nonzero().flatten().to(at::kCPU);
+      for (int64_t i = 0; i < rows.numel(); ++i) first.origin_rows.push_back(static_cast<uint64_t>(rows[i].item<int64_t>()));
+    }
     if (n->kind() == c10::prim::Param) {
       first.origin = "input";
-      first.name = site.outs[out]->debugName();
+      first.name = argument_name(site.outs[out]);
       first.output.name = first.name;
       return;
     }
@@ -345,7 +360,7 @@ struct ForwardLocalizer::Impl {
       const jit::Node* n = v->node();
       if (n->kind() == c10::prim::Param) {
         l.origin = "input";
-        l.name = v->debugName();
+        l.name = argument_name(v);
         return l;
       }
       const jit::Value* main = nullptr;

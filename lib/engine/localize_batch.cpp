@@ -48,24 +48,41 @@ std::optional<Localization> localize_batch(ModelRunner& model, const Config& cfg
   std::optional<Localization> result;
   const std::vector<at::Tensor> kept = model.save_buffers();
   auto prediction = [&cfg](const c10::IValue& out) { return select_outputs(out, cfg).prediction; };
+  LocalizeRequest asked = req;
+  asked.batch = batch;
   try {
-    result = model.localize(args, req, prediction);
+    result = model.localize(args, asked, prediction);
     if (result) result->forwards = 1;
     if (result && !result->origin.empty() && req.halve && batch > 1) {
       bool sliceable = true;
       for (const auto& a : args) sliceable = sliceable && take_rows(a, {0}, batch).has_value();
       if (sliceable) {
-        auto fails = [&](const std::vector<uint64_t>& rows) {
+        // The rows alone: their prediction is bad, clean, or forward raised (another failure,
+        // such as BatchNorm on one sample).
+        enum class Alone { Bad, Clean, Raised };
+        auto run = [&](const std::vector<uint64_t>& rows) {
           std::vector<c10::IValue> sub;
           for (const auto& a : args) sub.push_back(*take_rows(a, rows, batch));
           try {
             at::NoGradGuard no_grad;
-            return still_bad(prediction(model.forward(sub)), req);
+            return still_bad(prediction(model.forward(sub)), req) ? Alone::Bad : Alone::Clean;
           } catch (const std::exception&) {
-            return false;  // another failure (BatchNorm on one sample), not this one
+            return Alone::Raised;
           }
         };
-        Halving h = halve_failing_rows(batch, fails);
+        auto fails = [&](const std::vector<uint64_t>& rows) { return run(rows) == Alone::Bad; };
+        // Where the bad value appeared in only some rows, those are the samples: one forward
+        // on them alone confirms it (unless they come out clean); else the search.
+        Halving h;
+        const auto& seen = result->origin_rows;
+        if (!seen.empty() && seen.size() < batch && run(seen) != Alone::Clean) {
+          h.rows = seen;
+          h.forwards = 1;
+        } else {
+          Halving search = halve_failing_rows(batch, fails);
+          search.forwards += seen.empty() || seen.size() >= batch ? 0 : 1;
+          h = std::move(search);
+        }
         result->halved = true;
         result->rows = std::move(h.rows);
         result->batch_dependent = h.batch_dependent;

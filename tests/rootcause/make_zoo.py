@@ -177,6 +177,29 @@ class BatchSum(torch.nn.Module):
         return self.head(h)
 
 
+class LogThenBatchNorm(torch.nn.Module):
+    """One sample's NaN, spread to the whole batch by BatchNorm's batch statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(FEATURES)
+        self.head = Head()
+
+    def forward(self, x):
+        h = torch.log(x)  # zoo: log-batchnorm
+        return self.head(self.bn(h))
+
+
+class InputThenBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(FEATURES)
+        self.head = Head()
+
+    def forward(self, x):
+        return self.head(self.bn(x))
+
+
 def positive(n, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.rand(n, FEATURES, generator=g) * 0.8 + 0.1
@@ -225,7 +248,8 @@ def main():
 
     def add(name, model, x, expect, y=labels, loss="cross_entropy", b=batch):
         expect = dict(expect)
-        expect.setdefault("line", marker_line(name))
+        if "line" not in expect:
+            expect["line"] = marker_line(name)
         for flavor in ("scripted", "traced"):
             cases.append(write(out, name, flavor, model, x, y, loss, b, expect))
 
@@ -277,6 +301,16 @@ def main():
     x[6, 0] = 2.0e38
     add("batch-dependent", BatchSum(), x, {"op": "aten::mul", "module": "", "inf_op": "aten::sum",
                                            "samples": [5, 6], "batch_dependent": True})
+
+    # One sample's NaN in every row of its batch: BatchNorm (train mode) spreads it; the root
+    # cause still names the sample.
+    x = positive(n, 13)
+    x[9, 1] = -1.0
+    add("log-batchnorm", LogThenBatchNorm(), x, {"op": "aten::log", "module": "", "samples": [9], "spread": True})
+    x = positive(n, 14)
+    x[9, 2] = float("nan")
+    add("input-batchnorm", InputThenBatchNorm(), x, {"kind": "input", "name": "x", "samples": [9], "spread": True,
+                                                     "line": 0})
 
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)
