@@ -1,6 +1,8 @@
 #include "cli.h"
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "core/errors.h"
 #include "core/json_input.h"
 #include "core/scan_setup.h"
+#include "core/shard.h"
 #include "core/views.h"
 #include "core/suggest.h"
 #include "core/text.h"
@@ -22,7 +25,7 @@ namespace batchcheck {
 
 namespace {
 
-const std::vector<std::string> kCommands = {"scan", "suggest", "explain", "render"};
+const std::vector<std::string> kCommands = {"scan", "suggest", "explain", "render", "merge"};
 
 uint64_t parse_count(const std::string& flag, const std::string& text, uint64_t min_value) {
   auto v = parse_u64(text);
@@ -104,22 +107,26 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
 }
 
 struct ScanArgs {
-  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout;
+  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard;
   bool edges = false, quiet = false, verbose = false, no_backward = false;
   ViewArgs views;
 };
+
+FailOn fail_on_of(const std::string& text) {
+  auto fail_on = parse_fail_on(text);
+  if (!fail_on) {
+    throw InputError("", "--fail-on", "unknown level \"" + text + "\"" + did_you_mean(text, {"error", "warning", "info", "never"}) +
+                                          " (expected error, warning, info or never)");
+  }
+  return *fail_on;
+}
 
 int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool interactive) {
   ScanCommand cmd;
   cmd.config_path = a.config;
   if (!a.output.empty()) cmd.output_path = a.output;
-  auto fail_on = parse_fail_on(a.fail_on);
-  if (!fail_on) {
-    throw InputError("", "--fail-on", "unknown level \"" + a.fail_on + "\"" +
-                                          did_you_mean(a.fail_on, {"error", "warning", "info", "never"}) +
-                                          " (expected error, warning, info or never)");
-  }
-  cmd.fail_on = *fail_on;
+  cmd.fail_on = fail_on_of(a.fail_on);
+  if (!a.shard.empty()) cmd.shard = resolve_shard(a.shard, [](const char* name) { return std::getenv(name); });
   if (!a.device.empty()) cmd.device = a.device;
   if (!a.mode.empty()) {
     if (a.mode != "train" && a.mode != "eval") {
@@ -141,7 +148,41 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.views = view_targets(a.views);
   ScanOutcome o = run_scan_entry(cmd, out, err);
   if (!o.complete && o.signal) return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
+  // A shard's findings are judged by merge: a non-zero exit would make torchrun stop the rest.
+  if (cmd.shard) return 0;
   return o.failed ? 1 : 0;
+}
+
+struct MergeArgs {
+  std::vector<std::string> parts;
+  std::string output, fail_on = "error";
+  bool quiet = false;
+  ViewArgs views;
+};
+
+// `batchcheck merge PART... -o REPORT.json`: the report an unsharded scan writes.
+int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
+  MergeInput in;
+  in.parts = a.parts;
+  in.fail_on = fail_on_of(a.fail_on);
+  ScanCommand cmd;
+  if (!a.output.empty()) cmd.output_path = a.output;
+  cmd.fail_on = in.fail_on;
+  cmd.verbosity = a.quiet ? -1 : 0;
+  cmd.views = view_targets(a.views);
+  if (cmd.output_path && *cmd.output_path != "-") {
+    for (const auto& p : a.parts) {
+      std::error_code ec;
+      if (std::filesystem::exists(p, ec) && std::filesystem::equivalent(p, *cmd.output_path, ec)) {
+        throw InputError(*cmd.output_path, "-o", "is one of the parts being merged: refusing to overwrite it");
+      }
+    }
+  }
+  check_view_targets(cmd.views);
+  std::ostringstream progress;
+  ScanResult result = merge_parts(in, progress);
+  deliver_report(cmd, result, out, err);
+  return result.failed ? 1 : 0;
 }
 
 struct SuggestArgs {
@@ -236,7 +277,23 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                      "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
   auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
   scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr")->excludes(quiet);
+  scan_cmd->add_option("--shard", sc.shard,
+                       "scan one part of the batches and write a partial report (-o, {shard} in the path becomes K): K/N, "
+                       "or env / env/N to read torchrun's RANK and WORLD_SIZE, a SLURM array's task id, or "
+                       "JOB_COMPLETION_INDEX; batchcheck merge joins the parts")
+      ->type_name("K/N|env[/N]");
   add_view_options(scan_cmd, sc.views);
+
+  MergeArgs ma;
+  CLI::App* merge_cmd = app.add_subcommand(
+      "merge", "Join the partial reports of a sharded scan (batchcheck scan --shard K/N) into the report the whole scan\n"
+               "writes. Checks that the parts come from the same config, model and data and cover every shard once.\n"
+               "Exit codes as for scan: 0 pass, 1 fail, 2 bad input.");
+  merge_cmd->add_option("parts", ma.parts, "the partial reports, one per shard, in any order")->required();
+  merge_cmd->add_option("-o,--output", ma.output, "write the report to FILE atomically instead of stdout");
+  merge_cmd->add_option("--fail-on", ma.fail_on, "lowest severity that fails: error (default), warning, info, never");
+  merge_cmd->add_flag("-q,--quiet", ma.quiet, "no summary on stderr");
+  add_view_options(merge_cmd, ma.views);
 
   std::string render_report;
   ViewArgs rv;
@@ -271,6 +328,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
     if (render_cmd->parsed()) return run_render(render_report, rv, out, err);
+    if (merge_cmd->parsed()) return run_merge(ma, out, err);
     if (explain_cmd->parsed()) {
       out << (explain_id.empty() ? explain_all_text() : explain_text(explain_id));
       return 0;

@@ -8,7 +8,9 @@
 #include "core/catalog.h"
 #include "core/findings.h"
 #include "core/fixes.h"
+#include "core/journal.h"
 #include "core/model_findings.h"
+#include "core/shard.h"
 #include "core/suggest.h"
 #include "core/text.h"
 
@@ -51,7 +53,11 @@ uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
 }  // namespace
 
 Aggregator::Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log)
-    : cfg_(cfg), settings_(settings), log_(log), t0_(std::chrono::steady_clock::now()) {}
+    : cfg_(cfg), settings_(settings), log_(log), t0_(std::chrono::steady_clock::now()) {
+  if (settings_.shard) journal_ = std::make_unique<JournalWriter>(&scratch_);
+}
+
+Aggregator::~Aggregator() = default;
 
 namespace {
 
@@ -67,6 +73,12 @@ void Aggregator::start(const ScanStart& s) {
   if (started_) return;  // a resumed replay announces the same scan again
   started_ = true;
   start_ = s;
+  if (journal_) {
+    journal_->start(s);
+    start_line_ = scratch_.back();
+    scratch_.clear();
+  }
+  advance_watermark();
   series_.reset(s.ranks.size(), s.ranks.empty() ? 0 : s.replay_steps / s.ranks.size());
   mode_findings();
   if (auto f = model_nonfinite_finding(s.model, cfg_.model.path)) {
@@ -84,6 +96,17 @@ void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) {
 void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
 
 void Aggregator::end(const StepEnd& e) {
+  if (journal_) {
+    // A shard keeps each step's committed journal for `merge` (core/shard.h).
+    auto o = open_.find(e.step);
+    if (o != open_.end()) journal_->begin(o->second.first, o->second.second);
+    auto p = pending_.find(e.step);
+    if (p != pending_.end()) {
+      for (const auto& r : p->second) journal_->record(RecordEvent(r));
+    }
+    journal_->end(e);
+    log_step(e.step);
+  }
   std::optional<Severity> worst;
   auto it = pending_.find(e.step);
   if (it != pending_.end()) {
@@ -102,10 +125,7 @@ void Aggregator::end(const StepEnd& e) {
     open_.erase(open);
   }
   ended_above_.insert(e.step);
-  while (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
-    ended_above_.erase(ended_above_.begin());
-    ++watermark_;
-  }
+  advance_watermark();
   if (e.forward_ok) largest_ok_ = std::max(largest_ok_, e.size);
   if (e.shapes) {
     if (!first_) first_ = e.shapes;
@@ -117,7 +137,31 @@ void Aggregator::end(const StepEnd& e) {
   }
 }
 
+void Aggregator::advance_watermark() {
+  for (;;) {
+    if (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
+      ended_above_.erase(ended_above_.begin());
+      ++watermark_;
+    } else if (settings_.shard && watermark_ < start_.replay_steps && !settings_.shard->has_step(watermark_)) {
+      ++watermark_;  // another shard's step
+    } else {
+      break;
+    }
+  }
+}
+
+void Aggregator::log_step(uint64_t step) {
+  nlohmann::ordered_json& lines = step_log_[step];
+  if (!lines.is_array()) lines = nlohmann::ordered_json::array();
+  for (auto& l : scratch_) lines.push_back(std::move(l));
+  scratch_.clear();
+}
+
 void Aggregator::cause(CauseEvent&& c) {
+  if (journal_) {
+    journal_->cause(CauseEvent(c));
+    log_step(c.at.step);
+  }
   localizing_.reset();
   if (c.root_cause.is_null()) return;
   const StepInfo& at = c.at;
@@ -428,6 +472,12 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                     ": accepted; they change how fast batches arrive, not which samples they hold, so the replay is the same");
   }
   r["notes"] = notes;
+  if (settings_.shard) {
+    std::vector<std::pair<uint64_t, nlohmann::ordered_json>> steps(step_log_.begin(), step_log_.end());
+    result.partial = make_partial(cfg_, *settings_.shard, start_line_, steps, extra_notes_, end);
+    result.partial["config"]["edges"] = settings_.edges;
+    result.partial["config"]["max_batches"] = cfg_.checks.max_batches;
+  }
   SeverityCounts c = count_severities(findings_);
   r["summary"] = {{"errors", c.errors}, {"warnings", c.warnings}, {"infos", c.infos}};
   return result;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <optional>
 #include <ostream>
@@ -21,9 +22,12 @@
 
 namespace batchcheck {
 
+class JournalWriter;
+
 class Aggregator : public ScanSink {
  public:
   Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log);
+  ~Aggregator() override;
 
   void start(const ScanStart& s) override;
   void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
@@ -59,6 +63,8 @@ class Aggregator : public ScanSink {
 
  private:
   void commit(const RecordEvent& r);
+  void advance_watermark();
+  void log_step(uint64_t step);
   void finish_findings();
   void mode_findings();
   void progress(bool final = false);
@@ -80,6 +86,11 @@ class Aggregator : public ScanSink {
   uint64_t largest_ok_ = 0;
   std::optional<BatchShapes> first_, last_;
   std::optional<StepInfo> localizing_;
+  // A shard's scan: the committed journal, per step, for its partial report.
+  std::vector<nlohmann::ordered_json> scratch_;
+  std::unique_ptr<JournalWriter> journal_;
+  nlohmann::ordered_json start_line_;
+  std::map<uint64_t, nlohmann::ordered_json> step_log_;
   Series series_;  // per-batch statistics for the report's plots
   std::vector<std::string> extra_notes_;
   std::chrono::steady_clock::time_point t0_, last_draw_;

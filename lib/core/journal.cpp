@@ -99,7 +99,8 @@ json command_json(const ScanCommand& c) {
           {"mode", c.mode ? json(static_cast<int>(*c.mode)) : json()},
           {"edges", c.edges}, {"no_backward", c.no_backward}, {"max_batches", opt(c.max_batches)},
           {"rank", opt(c.rank)}, {"threads", opt(c.threads)}, {"batch_timeout", opt(c.batch_timeout)},
-          {"verbosity", c.verbosity}, {"progress", c.progress}, {"handle_signals", c.handle_signals}};
+          {"verbosity", c.verbosity}, {"progress", c.progress}, {"handle_signals", c.handle_signals},
+          {"shard", c.shard ? json{c.shard->index, c.shard->count, c.shard->source} : json()}};
 }
 ScanCommand command_of(const json& j) {
   ScanCommand c;
@@ -117,6 +118,9 @@ ScanCommand command_of(const json& j) {
   c.verbosity = j.at("verbosity").get<int>();
   c.progress = j.at("progress").get<bool>();
   c.handle_signals = j.at("handle_signals").get<bool>();
+  if (const json& s = j.at("shard"); !s.is_null()) {
+    c.shard = Shard{s.at(0).get<uint64_t>(), s.at(1).get<uint64_t>(), s.at(2).get<std::string>()};
+  }
   return c;
 }
 
@@ -148,6 +152,10 @@ EngineRequest decode_request(const std::string& text) {
 }
 
 void JournalWriter::write(const json& j) {
+  if (into_) {
+    into_->push_back(j);
+    return;
+  }
   std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
   line += '\n';
   const char* p = line.data();

@@ -29,6 +29,8 @@ EngineRequest decode_request(const std::string& text);
 class JournalWriter : public ScanSink {
  public:
   explicit JournalWriter(int fd) : fd_(fd) {}
+  // Collects the lines instead (a shard's partial report keeps its committed journal).
+  explicit JournalWriter(std::vector<nlohmann::ordered_json>* into) : into_(into) {}
   void start(const ScanStart& s) override;
   void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
   void record(RecordEvent&& r) override;
@@ -43,7 +45,8 @@ class JournalWriter : public ScanSink {
 
  private:
   void write(const nlohmann::ordered_json& j);
-  int fd_;
+  int fd_ = -1;
+  std::vector<nlohmann::ordered_json>* into_ = nullptr;
 };
 
 // What a journal line said, beyond the ScanSink calls it made.

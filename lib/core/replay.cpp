@@ -79,7 +79,10 @@ class Replayer {
   void run(const OrderFn& order);
 
  private:
-  bool runs(uint64_t step) const { return step >= resume_.start_step && resume_.skip.count(step) == 0; }
+  bool runs(uint64_t step) const {
+    if (settings_.shard && step < total_ && !settings_.shard->has_step(step)) return false;  // another shard's
+    return step >= resume_.start_step && resume_.skip.count(step) == 0;
+  }
   void check_batch(const BatchContext& ctx, const std::vector<int64_t>* next = nullptr);
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
@@ -102,6 +105,7 @@ class Replayer {
   std::ostream& log_;
   const ReplayResume& resume_;
   bool backward_ = false;
+  uint64_t total_ = 0;  // replay steps; the probes follow
   uint64_t largest_ok_batch_ = 0;
   bool batch_has_error_ = false;
   bool complete_ = true;
@@ -320,6 +324,7 @@ void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
 // as loaded from its file (no running statistics from the replay's batches).
 void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
   if (!complete_) return;
+  if (settings_.shard && settings_.shard->index != 0) return;  // shard 0 runs them
   bool reset = false;
   const auto& sizes = cfg_.checks.probe_batch_sizes;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -385,6 +390,7 @@ void Replayer::run(const OrderFn& order) {
   }
   const uint64_t per_rank = batch_list.size();
   const uint64_t total = per_rank * ranks.size();
+  total_ = total;
 
   ScanStart start;
   start.data = data;

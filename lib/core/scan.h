@@ -18,6 +18,14 @@
 
 namespace batchcheck {
 
+// One part of a scan split across processes (core/shard.h): replay steps are dealt
+// round-robin, balanced over ranks and batches alike; the probes run in shard 0.
+struct Shard {
+  uint64_t index = 0, count = 1;
+  std::string source;  // where it came from, for messages: "--shard", "torchrun (RANK, WORLD_SIZE)", ...
+  bool has_step(uint64_t step) const { return step % count == index; }
+};
+
 struct ScanSettings {
   FailOn fail_on = FailOn::Error;
   bool edges = false;            // only the first and last batch of each rank, plus probes
@@ -27,6 +35,7 @@ struct ScanSettings {
   std::string libtorch_version;
   // Set asynchronously (by a signal handler): stop after the current batch.
   const std::atomic<int>* stop = nullptr;
+  std::optional<Shard> shard;  // only these replay steps; the report is a partial one
 };
 
 struct ScanResult {
@@ -35,6 +44,8 @@ struct ScanResult {
   bool failed = false;
   bool complete = true;
   uint64_t batches_checked = 0;
+  // A shard's scan: the partial report `merge` takes (core/shard.h), written instead.
+  nlohmann::ordered_json partial;
 };
 
 // Produces the sampler order for a loader spec (engine/permutation.h in production).

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/shard.h"
+#include "core/text.h"
 #include "core/html_view.h"
 #include "core/views.h"
 
@@ -80,7 +82,15 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 Config prepare_scan_config(const ScanCommand& cmd) {
   Config cfg = load_config(cmd.config_path);
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
-  if (to_file) {
+  if (cmd.shard) {
+    if (!to_file) throw InputError("", "--shard", "a shard writes a partial report: give -o PART.json ({shard} in the path becomes the shard's index)");
+    if (cmd.views.junit || cmd.views.markdown || cmd.views.html) {
+      throw InputError("", "--shard", "a shard writes only its part: write the views from the merged report (batchcheck merge PART... --junit FILE)");
+    }
+    const std::string part = shard_output_path(*cmd.output_path, *cmd.shard);
+    check_writable(part);
+    refuse_overwriting_inputs(part, cmd.config_path, cfg);
+  } else if (to_file) {
     check_writable(*cmd.output_path);
     refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
   }
@@ -113,10 +123,23 @@ ScanSettings scan_settings(const ScanCommand& cmd) {
   settings.rank = cmd.rank;
   settings.verbosity = cmd.verbosity;
   settings.progress = cmd.progress;
+  settings.shard = cmd.shard;
   return settings;
 }
 
 void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostream& out, std::ostream& err) {
+  if (cmd.shard) {
+    // A shard writes its part only; `merge` judges the whole (a non-zero exit would make
+    // torchrun stop the other shards).
+    const std::string path = shard_output_path(cmd.output_path.value_or("-"), *cmd.shard);
+    write_file_atomically(path, result.partial.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+    if (cmd.verbosity >= 0) {
+      err << "batchcheck: shard " << cmd.shard->index << "/" << cmd.shard->count << " (" << cmd.shard->source << "): checked "
+          << plural(result.batches_checked, "batch", "batches") << ", wrote " << path
+          << "; batchcheck merge joins the parts into the report\n";
+    }
+    return;
+  }
   // Invalid UTF-8 (a file name, a model's own error text) is replaced, never an exception.
   const std::string text = result.report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   if (cmd.output_path && *cmd.output_path != "-") {

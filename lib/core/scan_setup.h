@@ -37,6 +37,7 @@ struct ScanCommand {
   int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose
   bool progress = false;
   bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
+  std::optional<Shard> shard;  // --shard, resolved (from the launcher's environment)
 };
 
 struct ScanOutcome {

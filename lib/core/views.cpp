@@ -38,7 +38,11 @@ std::string failure_body(const Json& f) {
   }
   if (f.contains("root_cause") && f["root_cause"].is_object()) {
     b << "root cause:";
-    for (const auto& [key, v] : f["root_cause"].items()) b << " " << key << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << ";";
+    // Its words and numbers; the tensors' statistics and the chain stay in the JSON report.
+    for (const auto& [key, v] : f["root_cause"].items()) {
+      if (v.is_object() || (v.is_array() && !v.empty() && !v.front().is_primitive())) continue;
+      b << " " << key << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << ";";
+    }
     b << "\n";
   }
   if (f.contains("cuda_equivalent") && f["cuda_equivalent"].is_string()) b << "on CUDA: " << f["cuda_equivalent"].get<std::string>() << "\n";

@@ -345,7 +345,9 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
                              "here the same way; batchcheck went on in a fresh process after this batch",
                          {{"signal", crashed ? how.substr(0, how.find(' ')) : how}});
     }
-    failures_in_a_row = agg.watermark() > last_watermark + 1 ? 1 : failures_in_a_row + 1;
+    // Consecutive steps of this process: a shard's are `count` apart.
+    const uint64_t stride = cmd.shard ? cmd.shard->count : 1;
+    failures_in_a_row = agg.watermark() > last_watermark + stride ? 1 : failures_in_a_row + 1;
     last_watermark = agg.watermark();
     if (failures_in_a_row >= opt.max_consecutive_failures) {
       agg.note(std::to_string(failures_in_a_row) + " batches in a row crashed or timed out: the scan stopped there");

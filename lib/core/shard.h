@@ -1,0 +1,53 @@
+#pragma once
+// Scans split across machines through the launchers people already use (torchrun, SLURM
+// arrays, Kubernetes Indexed Jobs): `scan --shard K/N` replays every N-th step of the batch
+// plan starting at K and writes a partial report (the committed journal of its steps);
+// `merge` checks the parts belong together and cover every step once, and replays their
+// journals, in step order, into the report an unsharded scan writes.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/scan.h"
+#include "core/scan_events.h"
+
+namespace batchcheck {
+
+using EnvFn = std::function<const char*(const char*)>;
+
+// --shard's value: "K/N"; "env" (torchrun's RANK and WORLD_SIZE, or a SLURM array's task id
+// mapped through SLURM_ARRAY_TASK_MIN/_STEP onto 0..SLURM_ARRAY_TASK_COUNT-1); "env/N" (also
+// JOB_COMPLETION_INDEX, which comes without a count). Throws InputError("", "--shard", ...).
+Shard resolve_shard(const std::string& value, const EnvFn& env);
+
+// "{shard}" in an output path becomes the shard's index (every launcher process gets the
+// same arguments). Throws InputError when a launcher's shard would overwrite another's.
+std::string shard_output_path(const std::string& path, const Shard& shard);
+
+// What the parts must share: the config file's bytes, the model file's, and the data files'
+// sizes with their first and last MiB (FNV-1a, hex); paths may differ between machines.
+nlohmann::ordered_json scan_identity(const std::string& config_path, const std::vector<std::string>& model_files,
+                                     const std::vector<std::string>& data_files);
+
+// The partial report of a shard's scan: the setup's identity, the config as written, the
+// scan's start and every step's committed journal lines, its notes and how it ended.
+nlohmann::ordered_json make_partial(const Config& cfg, const Shard& shard, const nlohmann::ordered_json& start,
+                                    const std::vector<std::pair<uint64_t, nlohmann::ordered_json>>& steps,
+                                    const std::vector<std::string>& notes, const ScanEnd& end);
+
+// `batchcheck merge PART... -o REPORT`: the parts checked and merged. Throws InputError
+// naming a part that is unreadable, foreign, from another setup, a shard given twice or a
+// shard missing.
+struct MergeInput {
+  std::vector<std::string> parts;
+  FailOn fail_on = FailOn::Error;
+};
+ScanResult merge_parts(const MergeInput& in, std::ostream& log);
+
+}  // namespace batchcheck
