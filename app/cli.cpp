@@ -107,7 +107,8 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
 }
 
 struct ScanArgs {
-  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard;
+  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard,
+      jobs = "auto";
   bool edges = false, quiet = false, verbose = false, no_backward = false;
   ViewArgs views;
 };
@@ -139,6 +140,13 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   if (!a.threads.empty()) {
     cmd.threads = parse_count("--threads", a.threads, 1);
     if (*cmd.threads > 1024) throw InputError("", "--threads", a.threads + " is more than 1024 intra-op threads");
+  }
+  if (a.jobs != "auto") {
+    cmd.jobs = parse_count("--jobs", a.jobs, 1);
+    if (*cmd.jobs > 64) throw InputError("", "--jobs", a.jobs + " is more than 64 engine processes");
+    if (cmd.shard && *cmd.jobs > 1) {
+      throw InputError("", "--jobs", "a shard runs as one job: start more shards instead (--shard K/N with a larger N)");
+    }
   }
   if (!a.batch_timeout.empty()) cmd.batch_timeout = parse_seconds("--batch-timeout", a.batch_timeout);
   cmd.edges = a.edges;
@@ -268,7 +276,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_flag("--edges", sc.edges, "only the first and last batch of each rank plus the probes: a fast gate");
   scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)")->type_name("INT");
   scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank")->type_name("INT");
-  scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch")->type_name("INT");
+  scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch (with several jobs: shared among them)")
+      ->type_name("INT");
+  scan_cmd->add_option("--jobs", sc.jobs,
+                       "engine processes side by side, each replaying every J-th batch with its share of the threads; "
+                       "the report is the same. auto (default): one, split over the cores when its first batches leave "
+                       "cores idle and the rest of the scan is long enough to pay for another start-up")
+      ->type_name("J|auto");
   scan_cmd->add_option("--batch-timeout", sc.batch_timeout,
                        "a batch that takes longer is stopped and reported (forward-timeout); default: 10x the slowest "
                        "batch so far, at least 300; 0 = no limit")

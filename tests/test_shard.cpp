@@ -70,11 +70,11 @@ TEST(Shard, RefusesWhatCannotBeAShard) {
 }
 
 TEST(Shard, OutputPathPerShard) {
-  EXPECT_EQ(shard_output_path("parts/part-{shard}.json", Shard{3, 4, "--shard"}), "parts/part-3.json");
-  EXPECT_EQ(shard_output_path("part.json", Shard{3, 4, "--shard"}), "part.json");
+  EXPECT_EQ(shard_output_path("parts/part-{shard}.json", Shard{3, 4, "--shard", 0}), "parts/part-3.json");
+  EXPECT_EQ(shard_output_path("part.json", Shard{3, 4, "--shard", 0}), "part.json");
   // Under a launcher every process gets the same arguments: one path would be overwritten.
   try {
-    shard_output_path("part.json", Shard{1, 2, "torchrun (RANK, WORLD_SIZE)"});
+    shard_output_path("part.json", Shard{1, 2, "torchrun (RANK, WORLD_SIZE)", 0});
     FAIL();
   } catch (const InputError& e) {
     EXPECT_EQ(e.detail(), "every process torchrun (RANK, WORLD_SIZE) starts writes its own part: put {shard} in "

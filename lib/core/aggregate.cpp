@@ -8,7 +8,9 @@
 #include "core/catalog.h"
 #include "core/findings.h"
 #include "core/fixes.h"
+#include "core/forward_stage.h"
 #include "core/journal.h"
+#include "core/localize_stage.h"
 #include "core/model_findings.h"
 #include "core/shard.h"
 #include "core/suggest.h"
@@ -71,7 +73,6 @@ bool other_cause(const RecordEvent& r, const Finding& f) {
 
 void Aggregator::start(const ScanStart& s) {
   if (started_) return;  // a resumed replay announces the same scan again
-  started_ = true;
   start_ = s;
   if (journal_) {
     journal_->start(s);
@@ -85,10 +86,13 @@ void Aggregator::start(const ScanStart& s) {
     findings_.push_back(std::move(*f));
     first_batch_.emplace_back();
   }
-  if (settings_.verbosity > 0) {
-    log_ << "batchcheck: " << s.data.samples << " samples, checking " << s.replay_steps << " batches on " << s.device
-         << "\n";
-  }
+  if (settings_.verbosity > 0) log_ << scan_start_line(s);
+  started_.store(true, std::memory_order_release);  // start_ is complete: scan_start() may be read
+}
+
+std::string scan_start_line(const ScanStart& s) {
+  return "batchcheck: " + std::to_string(s.data.samples) + " samples, checking " + std::to_string(s.replay_steps) +
+         " batches on " + s.device + "\n";
 }
 
 void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) { open_[s.step] = {s, indices}; }
@@ -110,7 +114,14 @@ void Aggregator::end(const StepEnd& e) {
   std::optional<Severity> worst;
   auto it = pending_.find(e.step);
   if (it != pending_.end()) {
-    for (const auto& r : it->second) {
+    for (auto& r : it->second) {
+      if (r.stage == "forward") {
+        if (auto again = reclassify_forward_failure(r.id, r.evidence, r.count, largest_ok_, start_.model.batchnorm_modules)) {
+          r.id = again->id;
+          r.message = again->message;
+          r.evidence = again->evidence;
+        }
+      }
       commit(r);
       const Severity s = default_severity(r.id);
       if (!worst || s > *worst) worst = s;
@@ -132,7 +143,7 @@ void Aggregator::end(const StepEnd& e) {
     last_ = e.shapes;
   }
   if (!probe && e.step < start_.replay_steps) {
-    ++done_;
+    done_.fetch_add(1, std::memory_order_release);  // after start_: steps_total() is then safe to read
     progress();
   }
 }
@@ -163,9 +174,15 @@ void Aggregator::cause(CauseEvent&& c) {
     log_step(c.at.step);
   }
   localizing_.reset();
+  // The replay localizes the first few batches of each id; parts of a scan run apart
+  // (shards, jobs) each localize their own first few: the whole scan's are kept.
+  std::vector<std::string> ids;
+  for (const auto& id : c.ids) {
+    if (localized_[id]++ < kLocalizePerId) ids.push_back(id);
+  }
   if (c.root_cause.is_null()) return;
   const StepInfo& at = c.at;
-  for (const auto& id : c.ids) {
+  for (const auto& id : ids) {
     auto it = index_.find(std::make_tuple(id, at.rank ? static_cast<int64_t>(*at.rank) : -1, at.probe ? at.size : 0));
     if (it == index_.end()) continue;
     Finding& f = findings_[it->second];
@@ -360,21 +377,28 @@ void Aggregator::mode_findings() {
   first_batch_.emplace_back();
 }
 
+std::string progress_line(uint64_t done, uint64_t total, double elapsed, bool final) {
+  done = std::min(done, total);
+  const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  const int width = 30;
+  const int filled = total ? static_cast<int>(static_cast<double>(width) * static_cast<double>(done) / static_cast<double>(total)) : width;
+  std::ostringstream line;
+  line << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
+       << "] " << done << "/" << total << " batches";
+  if (!final) line << ", ETA " << static_cast<long long>(std::ceil(eta)) << "s ";
+  if (final) line << "\n";
+  return line.str();
+}
+
 void Aggregator::progress(bool final) {
   if (!settings_.progress || settings_.verbosity < 0) return;
-  const uint64_t total = start_.replay_steps;
   auto now = std::chrono::steady_clock::now();
   if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
-  double elapsed = std::chrono::duration<double>(now - t0_).count();
-  double eta = done_ ? elapsed / static_cast<double>(done_) * static_cast<double>(total - std::min(done_, total)) : 0;
-  const int width = 30;
-  int filled = total ? static_cast<int>(static_cast<double>(width) * static_cast<double>(std::min(done_, total)) / static_cast<double>(total)) : width;
-  std::ostringstream line;
-  line << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
-       << "] " << done_ << "/" << total << " batches";
-  if (!final) line << ", ETA " << static_cast<long long>(std::ceil(eta)) << "s ";
-  log_ << line.str() << (final ? "\n" : "") << std::flush;
+  // A shard's own share of the steps.
+  uint64_t total = start_.replay_steps;
+  if (const auto& s = settings_.shard) total = total > s->index ? (total - s->index + s->count - 1) / s->count : 0;
+  log_ << progress_line(done_, total, std::chrono::duration<double>(now - t0_).count(), final) << std::flush;
 }
 
 ScanResult Aggregator::result(const ScanEnd& end) {
@@ -392,7 +416,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   const LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   const Geometry g = compute_geometry(spec);
   result.findings = findings_;
-  result.batches_checked = done_;
+  result.batches_checked = done_.load();
   result.failed = verdict_fails(findings_, settings_.fail_on);
   nlohmann::ordered_json& r = result.report;
   r["schema_version"] = 1;
@@ -432,7 +456,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
     r["geometry"]["accumulation_windows"] = g.windows;
     r["geometry"]["last_window_batches"] = g.last_window_batches;
   }
-  r["batches"] = {{"checked", done_},
+  r["batches"] = {{"checked", done_.load()},
                   {"ranks", start_.ranks},
                   {"first", first_ ? shapes_json(*first_) : nlohmann::ordered_json()},
                   {"last", last_ ? shapes_json(*last_) : nlohmann::ordered_json()}};

@@ -4,6 +4,7 @@
 // records count only once the step ends: a step cut short by a crash or a timeout is
 // replayed (or reported as the crash) without counting twice. Torch-free: under the
 // supervisor it runs in the parent process.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -23,6 +24,11 @@
 namespace batchcheck {
 
 class JournalWriter;
+
+// "batchcheck: 1041 samples, checking 131 batches on cpu" (-v).
+std::string scan_start_line(const ScanStart& s);
+// "\r[#####.....] 40/131 batches, ETA 3s " (the last one ends the line instead).
+std::string progress_line(uint64_t done, uint64_t total, double elapsed_seconds, bool final);
 
 class Aggregator : public ScanSink {
  public:
@@ -47,7 +53,10 @@ class Aggregator : public ScanSink {
   // Reports the open step as failed in the replay's process (a crash, a timeout): `id`,
   // `message` and `evidence` as for any finding, on all of the step's samples.
   void fail_open_step(const std::string& id, const std::string& message, nlohmann::ordered_json evidence);
-  bool started() const { return started_; }
+  bool started() const { return started_.load(std::memory_order_acquire); }
+  const ScanStart& scan_start() const { return start_; }
+  // Goes on after a replay that finished early on request (--jobs' split): more steps follow.
+  void reopen() { finished_ = false; }
   bool finished() const { return finished_; }
   const ScanEnd& end_state() const { return end_; }
   // Where a fresh replay resumes: every step below `watermark` ended, and so did `ended_above`.
@@ -57,6 +66,12 @@ class Aggregator : public ScanSink {
   uint64_t steps_total() const { return start_.replay_steps; }
   // Adds a note to the report (e.g. why the scan stopped early).
   void note(const std::string& text) { extra_notes_.push_back(text); }
+  const std::vector<std::string>& notes() const { return extra_notes_; }
+  // Replay steps ended so far (read by another thread for a progress line).
+  uint64_t steps_done() const { return done_.load(std::memory_order_acquire); }
+  // A shard's committed journal: the scan's start line, and each ended step's lines.
+  const nlohmann::ordered_json& start_line() const { return start_line_; }
+  const std::map<uint64_t, nlohmann::ordered_json>& step_log() const { return step_log_; }
 
   // The report; `end` says whether the scan completed.
   ScanResult result(const ScanEnd& end);
@@ -72,7 +87,8 @@ class Aggregator : public ScanSink {
   const Config& cfg_;
   const ScanSettings& settings_;
   std::ostream& log_;
-  bool started_ = false, finished_ = false;
+  std::atomic<bool> started_{false};
+  bool finished_ = false;
   ScanStart start_;
   ScanEnd end_;
   std::vector<Finding> findings_;
@@ -82,10 +98,11 @@ class Aggregator : public ScanSink {
   std::map<uint64_t, std::vector<RecordEvent>> pending_;  // their records
   uint64_t watermark_ = 0;                        // every step below it ended
   std::set<uint64_t> ended_above_;                // steps at or above it that ended
-  uint64_t done_ = 0;                             // replay steps ended
+  std::atomic<uint64_t> done_{0};                 // replay steps ended
   uint64_t largest_ok_ = 0;
   std::optional<BatchShapes> first_, last_;
   std::optional<StepInfo> localizing_;
+  std::map<std::string, unsigned> localized_;  // batches localized per finding id
   // A shard's scan: the committed journal, per step, for its partial report.
   std::vector<nlohmann::ordered_json> scratch_;
   std::unique_ptr<JournalWriter> journal_;

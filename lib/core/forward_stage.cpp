@@ -48,4 +48,27 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   return {id, "forward", msg, ev, all_rows(n), n, cuda_equivalent_of_forward_error(fwd.error)};
 }
 
+std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
+                                                  uint64_t batch_size, uint64_t largest_ok_batch,
+                                                  const std::vector<std::string>& batchnorm_modules) {
+  // Only what forward_failure() made, and not the dtype's own message (its context is gone).
+  if (id == "export-shape-guard" || !evidence.contains("error") || evidence.contains("cause")) return std::nullopt;
+  if (evidence.value("largest_ok_batch_size", uint64_t{0}) == largest_ok_batch) return std::nullopt;
+  ForwardResult fwd;
+  fwd.error = evidence.at("error").get<std::string>();
+  fwd.location = evidence.value("location", "");
+  fwd.source_line = evidence.value("source_line", "");
+  fwd.raised_in = evidence.value("raised_in", "");
+  fwd.traceback = evidence.value("traceback", "");
+  ForwardFailureContext ctx;
+  ctx.batch_size = batch_size;
+  ctx.largest_ok_batch = largest_ok_batch;
+  ctx.batchnorm_modules = batchnorm_modules;
+  Emitted e = forward_failure(fwd, ctx);
+  for (const auto& [key, value] : evidence.items()) {
+    if (!e.evidence.contains(key) && key != "largest_ok_batch_size") e.evidence[key] = value;  // added after it
+  }
+  return e;
+}
+
 }  // namespace batchcheck

@@ -3,6 +3,7 @@
 // classified by what the error says and what the scan knows (the largest batch size that ran,
 // the input's dtype, the model's BatchNorm modules). Pure: unit-tested on error strings.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,12 @@ struct ForwardFailureContext {
 
 // id "cuda-device-assert" means the device is lost: nothing after it can run.
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
+
+// A forward failure classified again with the whole scan's largest successful batch, which a
+// process that ran only some of the steps (--jobs, --shard) may not have seen: a shape error
+// at the tail is `hardcoded-batch-size` however the steps were dealt. nullopt: unchanged.
+std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
+                                                  uint64_t batch_size, uint64_t largest_ok_batch,
+                                                  const std::vector<std::string>& batchnorm_modules);
 
 }  // namespace batchcheck

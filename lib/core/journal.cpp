@@ -100,7 +100,7 @@ json command_json(const ScanCommand& c) {
           {"edges", c.edges}, {"no_backward", c.no_backward}, {"max_batches", opt(c.max_batches)},
           {"rank", opt(c.rank)}, {"threads", opt(c.threads)}, {"batch_timeout", opt(c.batch_timeout)},
           {"verbosity", c.verbosity}, {"progress", c.progress}, {"handle_signals", c.handle_signals},
-          {"shard", c.shard ? json{c.shard->index, c.shard->count, c.shard->source} : json()}};
+          {"shard", c.shard ? json{c.shard->index, c.shard->count, c.shard->source, c.shard->from} : json()}};
 }
 ScanCommand command_of(const json& j) {
   ScanCommand c;
@@ -119,7 +119,7 @@ ScanCommand command_of(const json& j) {
   c.progress = j.at("progress").get<bool>();
   c.handle_signals = j.at("handle_signals").get<bool>();
   if (const json& s = j.at("shard"); !s.is_null()) {
-    c.shard = Shard{s.at(0).get<uint64_t>(), s.at(1).get<uint64_t>(), s.at(2).get<std::string>()};
+    c.shard = Shard{s.at(0).get<uint64_t>(), s.at(1).get<uint64_t>(), s.at(2).get<std::string>(), s.at(3).get<uint64_t>()};
   }
   return c;
 }
@@ -247,9 +247,18 @@ void JournalWriter::error(const std::string& kind, const std::string& file, cons
 }
 
 JournalLine apply_journal_line(const std::string& line, ScanSink& sink) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const std::exception&) {
+    return {JournalLine::Kind::Malformed, "", "", "", ""};
+  }
+  return apply_journal_json(j, sink);
+}
+
+JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) {
   JournalLine out;
   try {
-    const json j = json::parse(line);
     const std::string e = j.at("e").get<std::string>();
     if (e == "start") {
       ScanStart s;

@@ -55,5 +55,7 @@ struct JournalLine {
   std::string error_kind, file, where, what;  // Loading: file; Error: all four
 };
 JournalLine apply_journal_line(const std::string& line, ScanSink& sink);
+// The same for a line already parsed (a partial report's committed journal).
+JournalLine apply_journal_json(const nlohmann::ordered_json& line, ScanSink& sink);
 
 }  // namespace batchcheck

@@ -20,10 +20,15 @@ namespace batchcheck {
 
 // One part of a scan split across processes (core/shard.h): replay steps are dealt
 // round-robin, balanced over ranks and batches alike; the probes run in shard 0.
+// `--jobs` splits one machine's scan the same way, possibly after job 0 ran the steps below
+// `from` alone (a measured split, app's supervisor).
 struct Shard {
   uint64_t index = 0, count = 1;
   std::string source;  // where it came from, for messages: "--shard", "torchrun (RANK, WORLD_SIZE)", ...
-  bool has_step(uint64_t step) const { return step % count == index; }
+  uint64_t from = 0;   // steps below it are shard 0's
+  bool has_step(uint64_t step) const { return step < from ? index == 0 : step % count == index; }
+  bool job() const { return source == kJobsSource; }  // merged in memory: no partial report
+  static constexpr const char* kJobsSource = "--jobs";
 };
 
 struct ScanSettings {

@@ -82,7 +82,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 Config prepare_scan_config(const ScanCommand& cmd) {
   Config cfg = load_config(cmd.config_path);
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
-  if (cmd.shard) {
+  if (cmd.shard && !cmd.shard->job()) {
     if (!to_file) throw InputError("", "--shard", "a shard writes a partial report: give -o PART.json ({shard} in the path becomes the shard's index)");
     if (cmd.views.junit || cmd.views.markdown || cmd.views.html) {
       throw InputError("", "--shard", "a shard writes only its part: write the views from the merged report (batchcheck merge PART... --junit FILE)");

@@ -38,6 +38,8 @@ struct ScanCommand {
   bool progress = false;
   bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
   std::optional<Shard> shard;  // --shard, resolved (from the launcher's environment)
+  // --jobs: engine processes on this machine; unset = auto (one, split when measured to pay).
+  std::optional<uint64_t> jobs;
 };
 
 struct ScanOutcome {

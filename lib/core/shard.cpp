@@ -39,7 +39,7 @@ uint64_t env_number(const EnvFn& env, const char* name) {
 // The index a launcher gives this process, with its count when the launcher knows it.
 std::optional<Shard> from_env(const EnvFn& env) {
   if (env("RANK") && env("WORLD_SIZE")) {
-    return Shard{env_number(env, "RANK"), env_number(env, "WORLD_SIZE"), "torchrun (RANK, WORLD_SIZE)"};
+    return Shard{env_number(env, "RANK"), env_number(env, "WORLD_SIZE"), "torchrun (RANK, WORLD_SIZE)", 0};
   }
   if (env("SLURM_ARRAY_TASK_ID")) {
     // Task ids can start anywhere and be stepped (--array=10-40:10): the shard is the
@@ -56,7 +56,7 @@ std::optional<Shard> from_env(const EnvFn& env) {
     if (env("SLURM_ARRAY_TASK_COUNT")) s.count = env_number(env, "SLURM_ARRAY_TASK_COUNT");
     return s;
   }
-  if (env("JOB_COMPLETION_INDEX")) return Shard{env_number(env, "JOB_COMPLETION_INDEX"), 0, "Indexed Job (JOB_COMPLETION_INDEX)"};
+  if (env("JOB_COMPLETION_INDEX")) return Shard{env_number(env, "JOB_COMPLETION_INDEX"), 0, "Indexed Job (JOB_COMPLETION_INDEX)", 0};
   return std::nullopt;
 }
 
@@ -146,7 +146,7 @@ Shard resolve_shard(const std::string& value, const EnvFn& env) {
   } else {
     auto k = number(head.c_str());
     if (!k || !count) bad_shard("\"" + value + "\": expected K/N with 0 <= K < N, \"env\" or \"env/N\"");
-    s = Shard{*k, *count, "--shard"};
+    s = Shard{*k, *count, "--shard", 0};
   }
   if (s.index >= s.count) {
     bad_shard("shard " + std::to_string(s.index) + " of " + std::to_string(s.count) + " (from " + s.source +
@@ -201,6 +201,24 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start,
   for (const auto& [step, lines] : steps) s.push_back({{"step", step}, {"lines", lines}});
   j["steps"] = s;
   return j;
+}
+
+ScanResult join_steps(Aggregator& agg, const json& start, const std::string& start_from,
+                      const std::map<uint64_t, StepLines>& steps, const std::vector<std::string>& notes,
+                      const ScanEnd& end) {
+  auto apply = [&](const json& line, const std::string& from) {
+    if (apply_journal_json(line, agg).kind == JournalLine::Kind::Malformed) {
+      throw InputError(from, "steps", "a malformed journal line: the part was edited or truncated");
+    }
+  };
+  apply(start, start_from);
+  // In step order, as one process would have told them.
+  for (const auto& [step, lines] : steps) {
+    for (const json& line : *lines.lines) apply(line, *lines.from);
+  }
+  for (const auto& n : notes) agg.note(n);
+  agg.finish(end);
+  return agg.result(end);
 }
 
 ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
@@ -266,15 +284,9 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
     settings.fail_on = in.fail_on;
     settings.edges = c.value("edges", false);
     Aggregator agg(cfg, settings, log);
-    auto apply = [&](const json& line, const std::string& path) {
-      if (apply_journal_line(line.dump(), agg).kind == JournalLine::Kind::Malformed) {
-        throw InputError(path, "steps", "a malformed journal line: the part was edited or truncated");
-      }
-    };
-    apply(first.at("start"), by_index.at(0)->path);
     const uint64_t replay_steps = first.at("start").at("replay_steps").get<uint64_t>();
 
-    std::map<uint64_t, std::pair<const json*, const Part*>> steps;
+    std::map<uint64_t, StepLines> steps;
     ScanEnd end;
     std::vector<std::string> notes;
     for (const auto& [k, p] : by_index) {
@@ -286,7 +298,7 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
           throw InputError(p->path, "steps", "step " + std::to_string(step) + " is not shard " + std::to_string(k) + "'s");
         }
         if (!probe) ++covered;
-        steps.emplace(step, std::make_pair(&s.at("lines"), p));
+        steps.emplace(step, StepLines{&s.at("lines"), &p->path});
       }
       const uint64_t expected = replay_steps > k ? (replay_steps - k + count - 1) / count : 0;
       const bool complete = p->j.at("complete").get<bool>();
@@ -301,13 +313,7 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
         if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
       }
     }
-    // In step order, as one process would have told them.
-    for (const auto& [step, lines] : steps) {
-      for (const json& line : *lines.first) apply(line, lines.second->path);
-    }
-    for (const auto& n : notes) agg.note(n);
-    agg.finish(end);
-    return agg.result(end);
+    return join_steps(agg, first.at("start"), by_index.at(0)->path, steps, notes, end);
   } catch (const json::exception& e) {
     throw InputError("", "merge", std::string("a part is malformed: ") + single_line(e.what()));
   }

@@ -6,6 +6,7 @@
 // journals, in step order, into the report an unsharded scan writes.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -18,6 +19,8 @@
 #include "core/scan_events.h"
 
 namespace batchcheck {
+
+class Aggregator;
 
 using EnvFn = std::function<const char*(const char*)>;
 
@@ -40,6 +43,18 @@ nlohmann::ordered_json scan_identity(const std::string& config_path, const std::
 nlohmann::ordered_json make_partial(const Config& cfg, const Shard& shard, const nlohmann::ordered_json& start,
                                     const std::vector<std::pair<uint64_t, nlohmann::ordered_json>>& steps,
                                     const std::vector<std::string>& notes, const ScanEnd& end);
+
+// One step's committed journal lines, and the part they come from (for the error).
+struct StepLines {
+  const nlohmann::ordered_json* lines = nullptr;
+  const std::string* from = nullptr;
+};
+// The report one process would have built: `start`, then every step's lines in step order,
+// the parts' notes and how they ended, told to `agg`. Throws InputError(from, "steps", ...)
+// at a malformed line.
+ScanResult join_steps(Aggregator& agg, const nlohmann::ordered_json& start, const std::string& start_from,
+                      const std::map<uint64_t, StepLines>& steps, const std::vector<std::string>& notes,
+                      const ScanEnd& end);
 
 // `batchcheck merge PART... -o REPORT`: the parts checked and merged. Throws InputError
 // naming a part that is unreadable, foreign, from another setup, a shard given twice or a

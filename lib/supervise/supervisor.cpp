@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include "core/errors.h"
 #include "core/journal.h"
 #include "core/text.h"
+#include "supervise/drive.h"
 
 namespace batchcheck {
 
@@ -29,11 +31,15 @@ using Clock = std::chrono::steady_clock;
 // SIGINT/SIGTERM reach the poll loop through a pipe; a second one ends the process at once.
 int g_sig_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_signal = 0;
-volatile pid_t g_child = 0;
+// Each job's engine child (--jobs), for the second signal and for measuring.
+volatile pid_t g_children[kMaxJobs] = {};
+std::atomic<bool> g_abort{false};  // a job failed: every other job stops
 
 extern "C" void on_parent_signal(int sig) {
   if (g_signal != 0) {
-    if (g_child > 0) ::kill(g_child, SIGKILL);
+    for (std::size_t k = 0; k < kMaxJobs; ++k) {
+      if (g_children[k] > 0) ::kill(g_children[k], SIGKILL);
+    }
     std::_Exit(128 + sig);
   }
   g_signal = sig;
@@ -45,6 +51,7 @@ class ParentSignals {
  public:
   explicit ParentSignals(bool active) : active_(active) {
     g_signal = 0;
+    g_abort = false;
     if (::pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
@@ -144,9 +151,11 @@ double batch_limit(const ScanCommand& cmd, double slowest) {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Feeds the child's journal to the aggregator until the child exits.
-Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest) {
+Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest,
+             std::size_t slot, const std::atomic<bool>* split) {
   Ending end;
-  g_child = child.pid;
+  g_children[slot] = child.pid;
+  bool split_sent = false;
   std::string buffer;
   std::vector<char> chunk(1 << 16);  // on the heap: `ulimit -s` may be small
   Clock::time_point last_event = Clock::now();
@@ -157,7 +166,7 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
     if (agg.started() && (agg.open_step() || agg.localizing())) {
       limit = batch_limit(cmd, slowest);
     }
-    int wait_ms = 1000;
+    int wait_ms = 200;  // other jobs' threads may have drained the signal pipe
     if (limit > 0) wait_ms = static_cast<int>(std::clamp((limit - seconds_since(last_event)) * 1000 + 1, 1.0, 1000.0));
     if (stop_deadline) wait_ms = std::min(wait_ms, 50);
     pollfd fds[2] = {{child.events, POLLIN, 0}, {g_sig_pipe[0], POLLIN, 0}};
@@ -193,6 +202,15 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
         }
       }
     }
+    if (split && *split && !split_sent && !end.stopped) {
+      // Stops after its current step (and its localizing): no step is cut short.
+      ::kill(child.pid, SIGINT);
+      split_sent = true;
+    }
+    if (g_abort && !end.stopped) {
+      ::kill(child.pid, SIGKILL);
+      end.stopped = true;
+    }
     if (stop_deadline && Clock::now() >= *stop_deadline) {
       ::kill(child.pid, SIGKILL);
       end.stopped = true;
@@ -208,7 +226,7 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
   ::close(child.events);
   while (::waitpid(child.pid, &end.status, 0) < 0 && errno == EINTR) {
   }
-  g_child = 0;
+  g_children[slot] = 0;
   return end;
 }
 
@@ -246,41 +264,41 @@ std::string describe_signal(int sig) {
   }
 }
 
-ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostream& err, const SupervisorOptions& opt) {
-  ParentSignals signals(cmd.handle_signals);
-  const Config cfg = prepare_scan_config(cmd);
-  ScanCommand child_cmd = cmd;
-  child_cmd.progress = false;  // the parent draws it: it outlives any one child
-  const ScanSettings settings = scan_settings(cmd);
-  Aggregator agg(cfg, settings, err);
+pid_t job_child(std::size_t slot) { return g_children[slot]; }
+void abort_jobs() { g_abort = true; }
+int stop_signal() { return g_signal; }
 
-  EngineRequest request;
-  request.command = child_cmd;
+DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
+                  EngineRequest& request, std::size_t slot, const std::atomic<bool>* split) {
+  DriveResult out;
   double slowest = 0;
   unsigned failures_in_a_row = 0;
-  uint64_t last_watermark = 0;
-  ScanEnd scan_end;
+  uint64_t last_watermark = agg.watermark();
   for (;;) {
-    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest);
+    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest, slot, split);
     if (e.error) {
       if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
       throw std::runtime_error(e.error->what);
     }
+    if (g_abort) {
+      agg.abandon_open_steps();
+      out.end.complete = false;
+      return out;
+    }
     if (g_signal && !agg.started()) {
-      err << "batchcheck: interrupted while loading the model and the data: no report\n";
-      ScanOutcome o;
-      o.complete = false;
-      o.signal = g_signal;
-      return o;
+      out.loaded = false;
+      out.end.complete = false;
+      return out;
     }
     if (g_signal) {
       agg.abandon_open_steps();
-      scan_end.complete = false;
-      break;
+      out.end.complete = false;
+      return out;
     }
     if (agg.finished() && !e.timed_out) {
-      scan_end = agg.end_state();
-      break;
+      out.end = agg.end_state();
+      out.split = split && *split && !out.end.complete;  // a replay that ended first needs no split
+      return out;
     }
     const bool crashed = WIFSIGNALED(e.status) && !e.timed_out;
     const std::string how = e.timed_out ? "" : crashed ? describe_signal(WTERMSIG(e.status))
@@ -326,8 +344,8 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
     if (!step) {
       // Between batches (resetting the model for the next rank): nothing to attribute it to.
       agg.note("the scan engine ended between batches (" + how + "): the report covers the batches before it");
-      scan_end.complete = false;
-      break;
+      out.end.complete = false;
+      return out;
     }
     const std::string where = step->probe ? "the probe batch of " + plural(step->size, "sample")
                                           : "batch " + std::to_string(*step->batch) + " (" + plural(step->size, "sample") + ")";
@@ -351,15 +369,37 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
     last_watermark = agg.watermark();
     if (failures_in_a_row >= opt.max_consecutive_failures) {
       agg.note(std::to_string(failures_in_a_row) + " batches in a row crashed or timed out: the scan stopped there");
-      scan_end.complete = false;
-      break;
+      out.end.complete = false;
+      return out;
     }
     request.resume.start_step = agg.watermark();
     request.resume.skip = agg.ended_above();
     request.resume.largest_ok_batch = agg.largest_ok_batch();
   }
 
-  ScanResult result = agg.result(scan_end);
+}
+
+ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostream& err, const SupervisorOptions& opt) {
+  ParentSignals signals(cmd.handle_signals);
+  const Config cfg = prepare_scan_config(cmd);
+  if (!cmd.jobs || *cmd.jobs > 1) {
+    if (!cmd.shard) return run_jobs(cmd, cfg, out, err, opt);
+  }
+  ScanCommand child_cmd = cmd;
+  child_cmd.progress = false;  // the parent draws it: it outlives any one child
+  const ScanSettings settings = scan_settings(cmd);
+  Aggregator agg(cfg, settings, err);
+  EngineRequest request;
+  request.command = child_cmd;
+  DriveResult r = drive(cmd, cfg, agg, opt, request, 0, nullptr);
+  if (!r.loaded) {
+    err << "batchcheck: interrupted while loading the model and the data: no report\n";
+    ScanOutcome o;
+    o.complete = false;
+    o.signal = g_signal;
+    return o;
+  }
+  ScanResult result = agg.result(r.end);
   ScanOutcome outcome;
   outcome.failed = result.failed;
   outcome.complete = result.complete;

@@ -1,0 +1,57 @@
+#include "core/jobs.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/text.h"
+
+namespace batchcheck {
+
+namespace {
+
+// Another job pays when the rest of the scan takes this many start-ups or more: the first
+// job restarts too, to take its share, so two jobs break even at two (one more for noise).
+constexpr double kStartupsToPay = 3;
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+JobsDecision decide_jobs(const JobsMeasure& m) {
+  JobsDecision d;
+  if (!m.cpu) {
+    d.why = "the scan runs on a GPU: one job";
+    return d;
+  }
+  if (m.max_jobs < 2) {
+    d.why = "one thread to use: one job";
+    return d;
+  }
+  const double rest = m.step_seconds * static_cast<double>(m.remaining_steps);
+  const std::string left = plural(m.remaining_steps, "step") + " left (" + fixed(rest, 1) + " s, " +
+                           fixed(m.startup_seconds, 1) + " s per start-up)";
+  if (rest < kStartupsToPay * m.startup_seconds) {
+    d.why = left + ": one job, another would not pay for its start-up";
+    return d;
+  }
+  uint64_t jobs = std::min(m.max_jobs, std::max<uint64_t>(m.remaining_steps, 1));
+  if (m.rss_bytes > 0) {
+    // Each job holds its own LibTorch, model and batch: keep a quarter of the memory free.
+    const uint64_t fit = 1 + static_cast<uint64_t>(0.75 * static_cast<double>(m.available_bytes) / static_cast<double>(m.rss_bytes));
+    jobs = std::min(jobs, fit);
+  }
+  if (jobs < 2) {
+    d.why = left + ": one job, another job's memory (" + fixed(static_cast<double>(m.rss_bytes) / (1 << 20), 0) +
+            " MiB) does not fit";
+    return d;
+  }
+  d.jobs = jobs;
+  d.why = left + ": " + std::to_string(jobs) + " jobs";
+  return d;
+}
+
+}  // namespace batchcheck

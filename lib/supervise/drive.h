@@ -1,0 +1,42 @@
+#pragma once
+// Inside the supervisor: one supervised replay (the whole scan, a shard, or one of --jobs'
+// parts) driven to its end through engine children, and the --jobs runner built on it.
+#include <atomic>
+#include <cstddef>
+#include <ostream>
+#include <sys/types.h>
+
+#include "core/aggregate.h"
+#include "core/journal.h"
+#include "supervise/supervisor.h"
+
+namespace batchcheck {
+
+constexpr std::size_t kMaxJobs = 64;
+
+struct DriveResult {
+  ScanEnd end;
+  bool loaded = true;  // false: interrupted while loading the model and the data
+  bool split = false;  // stopped after a step on request, to go on as one of several jobs
+};
+
+// Runs engine children for `request` until the replay finishes, feeding `agg`: a child that
+// crashes or overruns becomes the open step's finding and a fresh child resumes. `slot`:
+// the job's place (its child is job_child(slot)). `split`, when set, stops the child after
+// its current step. Throws InputError for unusable input.
+DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
+                  EngineRequest& request, std::size_t slot, const std::atomic<bool>* split);
+
+// The engine child of a job now (0: none).
+pid_t job_child(std::size_t slot);
+// Stops every job's child (another job failed).
+void abort_jobs();
+// SIGINT/SIGTERM received (0: none).
+int stop_signal();
+
+// `scan --jobs` (and its default): the scan as several engine children on this machine, each
+// replaying every J-th step, merged in step order into the report one child would write.
+ScanOutcome run_jobs(const ScanCommand& cmd, const Config& cfg, std::ostream& out, std::ostream& err,
+                     const SupervisorOptions& opt);
+
+}  // namespace batchcheck

@@ -1,0 +1,273 @@
+// `scan --jobs J` and its default: engine children side by side, each replaying every J-th
+// step with its share of the intra-op threads (core/jobs.h decides the default from the
+// first job's measured steps), their committed journals merged in step order into the
+// report one child would have written (core/shard.h's join_steps, as `merge` does).
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/jobs.h"
+#include "core/shard.h"
+#include "supervise/drive.h"
+
+namespace batchcheck {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<uint64_t>(CPU_COUNT(&set));
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<uint64_t>(n) : 1;
+}
+
+// A "Key:   N kB" line of a /proc file, in bytes (0 if absent).
+uint64_t proc_kb(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) << 10;
+  }
+  return 0;
+}
+
+struct Job {
+  ScanCommand cmd;
+  ScanSettings settings;
+  std::ostringstream log;  // a job's own progress and verbose lines: the parent draws the whole
+  std::unique_ptr<Aggregator> agg;
+  EngineRequest request;
+  DriveResult result;
+  std::exception_ptr error;
+  std::thread thread;
+  std::atomic<bool> done{false}, split{false};
+};
+
+class Jobs {
+ public:
+  Jobs(const ScanCommand& cmd, const Config& cfg, std::ostream& err, const SupervisorOptions& opt)
+      : cmd_(cmd), cfg_(cfg), err_(err), opt_(opt), cores_(usable_cores()),
+        threads_(cmd.threads ? *cmd.threads : cores_) {}
+  ~Jobs() {
+    abort_jobs_if_running();
+    for (auto& j : jobs_) {
+      if (j && j->thread.joinable()) j->thread.join();
+    }
+  }
+
+  ScanOutcome run(std::ostream& out);
+
+ private:
+  void start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume);
+  void wait_and_measure();
+  void measure(Clock::time_point now);
+  void split(uint64_t count);
+  void draw(bool final);
+  void abort_jobs_if_running() {
+    for (auto& j : jobs_) {
+      if (j && !j->done) abort_jobs();
+    }
+  }
+
+  const ScanCommand& cmd_;
+  const Config& cfg_;
+  std::ostream& err_;
+  const SupervisorOptions& opt_;
+  const uint64_t cores_, threads_;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  Clock::time_point t0_ = Clock::now(), last_draw_;
+  // The measured default: job 0 alone, measured from its first ended step.
+  bool deciding_ = false, announced_ = false;
+  std::optional<uint64_t> split_to_;
+  std::optional<Clock::time_point> first_at_;
+  uint64_t first_done_ = 0;
+  pid_t first_pid_ = 0;
+};
+
+void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume) {
+  if (!jobs_[k]) jobs_[k] = std::make_unique<Job>();
+  Job& j = *jobs_[k];
+  j.cmd = cmd_;
+  j.cmd.progress = false;
+  j.cmd.shard = Shard{k, count, Shard::kJobsSource, from};
+  j.cmd.output_path.reset();  // the parent writes the report and its views
+  j.cmd.views = {};
+  // Every process of a scan has the same share, whatever the default decides.
+  j.cmd.threads = threads_per_job(threads_, cmd_.jobs ? count : auto_max_jobs(threads_));
+  if (!j.agg) {
+    j.settings = scan_settings(j.cmd);
+    j.settings.progress = false;
+    j.settings.verbosity = std::min(cmd_.verbosity, 0);  // the parent says it once for all jobs
+    j.agg = std::make_unique<Aggregator>(cfg_, j.settings, j.log);
+  } else {
+    j.settings.shard = j.cmd.shard;  // job 0 goes on as one of several
+    j.agg->reopen();
+  }
+  j.request.command = j.cmd;
+  j.request.resume = resume;
+  j.done = false;
+  j.split = false;
+  j.thread = std::thread([this, &j, k] {
+    try {
+      j.result = drive(j.cmd, cfg_, *j.agg, opt_, j.request, k, &j.split);
+    } catch (...) {
+      j.error = std::current_exception();
+      abort_jobs();
+    }
+    j.done = true;
+  });
+}
+
+void Jobs::measure(Clock::time_point now) {
+  Job& j0 = *jobs_[0];
+  const pid_t pid = job_child(0);
+  const uint64_t done = j0.agg->steps_done();
+  if (pid <= 0 || done == 0) return;
+  if (!first_at_ || pid != first_pid_) {  // a fresh child (after a crash) starts the measure again
+    first_at_ = now;
+    first_pid_ = pid;
+    first_done_ = done;
+    return;
+  }
+  const double wall = std::chrono::duration<double>(now - *first_at_).count();
+  if (done < first_done_ + 3 || wall < 0.25) return;
+  deciding_ = false;
+  JobsMeasure m;
+  m.cpu = j0.agg->scan_start().device == "cpu";
+  m.max_jobs = auto_max_jobs(threads_);
+  m.startup_seconds = std::chrono::duration<double>(*first_at_ - t0_).count();
+  m.step_seconds = wall / static_cast<double>(done - first_done_);
+  const uint64_t total = j0.agg->steps_total();
+  m.remaining_steps = total > done ? total - done : 0;
+  m.rss_bytes = proc_kb("/proc/" + std::to_string(pid) + "/status", "VmRSS");
+  m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
+  const JobsDecision d = decide_jobs(m);
+  if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
+  if (d.jobs > 1) {
+    split_to_ = d.jobs;
+    j0.split = true;
+  }
+}
+
+void Jobs::split(uint64_t count) {
+  Job& j0 = *jobs_[0];
+  j0.thread.join();
+  Aggregator& a = *j0.agg;
+  ReplayResume resume;
+  resume.start_step = a.watermark();
+  resume.skip = a.ended_above();
+  resume.largest_ok_batch = a.largest_ok_batch();
+  const uint64_t from = resume.start_step;
+  jobs_.resize(count);
+  for (std::size_t k = 0; k < count; ++k) start(k, count, from, resume);
+}
+
+void Jobs::draw(bool final) {
+  if (!cmd_.progress || cmd_.verbosity < 0) return;
+  const auto now = Clock::now();
+  if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  uint64_t done = 0, total = 0;
+  for (const auto& j : jobs_) {
+    if (!j) continue;
+    done += j->agg->steps_done();
+    if (j->agg->steps_done() > 0) total = j->agg->steps_total();
+  }
+  if (total == 0) return;
+  err_ << progress_line(done, total, std::chrono::duration<double>(now - t0_).count(), final) << std::flush;
+}
+
+void Jobs::wait_and_measure() {
+  for (;;) {
+    bool all_done = true;
+    for (const auto& j : jobs_) all_done = all_done && j->done;
+    if (all_done) {
+      Job& j0 = *jobs_[0];
+      if (split_to_ && j0.result.split && !j0.error && !stop_signal()) {
+        const uint64_t count = *split_to_;
+        split_to_.reset();
+        split(count);
+        continue;
+      }
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!announced_ && jobs_[0]->agg->started()) {
+      announced_ = true;
+      if (cmd_.verbosity > 0) err_ << scan_start_line(jobs_[0]->agg->scan_start()) << std::flush;
+    }
+    if (deciding_) measure(Clock::now());
+    draw(false);
+  }
+}
+
+ScanOutcome Jobs::run(std::ostream& out) {
+  const uint64_t count = cmd_.jobs ? std::min<uint64_t>(*cmd_.jobs, kMaxJobs) : 1;
+  deciding_ = !cmd_.jobs;
+  jobs_.resize(count);
+  for (std::size_t k = 0; k < count; ++k) start(k, count, 0, {});
+  wait_and_measure();
+  for (auto& j : jobs_) j->thread.join();
+  for (auto& j : jobs_) {
+    if (j->error) std::rethrow_exception(j->error);
+  }
+  ScanOutcome outcome;
+  outcome.signal = stop_signal();
+  const Job* first = nullptr;
+  for (const auto& j : jobs_) {
+    if (j->agg->started()) {
+      first = j.get();
+      break;
+    }
+  }
+  if (!first) {
+    err_ << "batchcheck: interrupted while loading the model and the data: no report\n";
+    outcome.complete = false;
+    return outcome;
+  }
+  // The whole scan: every job's committed steps in step order, as one child would tell them.
+  const std::string from = Shard::kJobsSource;
+  std::map<uint64_t, StepLines> steps;
+  std::vector<std::string> notes;
+  ScanEnd end;
+  for (const auto& j : jobs_) {
+    for (const auto& [step, lines] : j->agg->step_log()) steps.emplace(step, StepLines{&lines, &from});
+    for (const auto& n : j->agg->notes()) {
+      if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+    }
+    end.complete = end.complete && j->agg->started() && j->result.end.complete;
+    end.device_lost = end.device_lost || j->result.end.device_lost;
+  }
+  draw(true);
+  ScanSettings settings = scan_settings(cmd_);
+  settings.progress = false;
+  settings.verbosity = std::min(cmd_.verbosity, 0);  // said while the jobs ran
+  Aggregator agg(cfg_, settings, err_);
+  ScanResult result = join_steps(agg, first->agg->start_line(), from, steps, notes, end);
+  outcome.failed = result.failed;
+  outcome.complete = result.complete;
+  deliver_report(cmd_, result, out, err_);
+  return outcome;
+}
+
+}  // namespace
+
+ScanOutcome run_jobs(const ScanCommand& cmd, const Config& cfg, std::ostream& out, std::ostream& err,
+                     const SupervisorOptions& opt) {
+  Jobs jobs(cmd, cfg, err, opt);
+  return jobs.run(out);
+}
+
+}  // namespace batchcheck
