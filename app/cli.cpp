@@ -109,7 +109,7 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
 struct ScanArgs {
   std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard,
       jobs = "auto";
-  bool edges = false, quiet = false, verbose = false, no_backward = false;
+  bool edges = false, quiet = false, verbose = false, no_backward = false, fail_fast = false;
   ViewArgs views;
 };
 
@@ -144,12 +144,16 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   if (a.jobs != "auto") {
     cmd.jobs = parse_count("--jobs", a.jobs, 1);
     if (*cmd.jobs > 64) throw InputError("", "--jobs", a.jobs + " is more than 64 engine processes");
+    if (a.fail_fast && *cmd.jobs > 1) {
+      throw InputError("", "--jobs", "--fail-fast runs as one job: its point is the first batches, in order of likely failure");
+    }
     if (cmd.shard && *cmd.jobs > 1) {
       throw InputError("", "--jobs", "a shard runs as one job: start more shards instead (--shard K/N with a larger N)");
     }
   }
   if (!a.batch_timeout.empty()) cmd.batch_timeout = parse_seconds("--batch-timeout", a.batch_timeout);
   cmd.edges = a.edges;
+  cmd.fail_fast = a.fail_fast;
   cmd.no_backward = a.no_backward;
   cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
   cmd.progress = interactive;
@@ -274,6 +278,9 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_option("--device", sc.device, "cpu, cuda, cuda:N or auto (overrides the config)");
   scan_cmd->add_option("--mode", sc.mode, "train or eval (overrides model.mode)");
   scan_cmd->add_flag("--edges", sc.edges, "only the first and last batch of each rank plus the probes: a fast gate");
+  scan_cmd->add_flag("--fail-fast", sc.fail_fast,
+                     "check the probes and every rank's first and last batch first, then the rest, and stop at the first "
+                     "error (the report says how far it went: \"complete\": false)");
   scan_cmd->add_option("--max-batches", sc.max_batches, "stop after K batches per rank (0 = all)")->type_name("INT");
   scan_cmd->add_option("--rank", sc.rank, "check only this DistributedSampler rank")->type_name("INT");
   scan_cmd->add_option("--threads", sc.threads, "intra-op threads for LibTorch (with several jobs: shared among them)")

@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "bench-data"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-python", action="store_true", help="skip program (c)")
+    ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling curve (issue 15)")
     args = ap.parse_args()
 
     scan = os.path.join(args.build, "app", "batchcheck")
@@ -52,6 +53,9 @@ def main():
     bare = os.path.join(args.build, "bench", "bench_bare_loop")
     replay = os.path.join(ROOT, "bench", "python_replay.py")
     subprocess.run([os.path.join(args.build, "bench", "bench_make_workloads"), args.data], check=True)
+
+    if args.jobs_only:
+        sys.exit(0 if jobs_curve(scan, bare, args) else 1)
 
     rows = {}
     for w in ["p1", "p2"]:
@@ -106,7 +110,38 @@ def main():
     target("p2 --edges wall (s) vs start-up + 3 batches", rows[("p2", "scan --edges")][0], one + 1 * per_batch)
     target("peak RSS p2x4 - p2 (MB)", rows[("p2x4", "scan")][2] - rows[("p2", "scan")][2], 50.0, "{:.1f}")
     target("suggest 2^64-59 whole process (ms)", rows[("-", "suggest 2^64-59")][0] * 1000, 50.0, "{:.1f}")
+    ok_all = jobs_curve(scan, bare, args) and ok_all
     sys.exit(0 if ok_all else 1)
+
+
+def jobs_curve(scan, bare, args):
+    """Issue 15: the scan with J engine processes (1 intra-op thread each when J = cores)
+    against the single-process tuned floor (the bare loop with every core's threads), and the
+    default (--jobs auto), for J = 1 .. cores."""
+    cores = len(os.sched_getaffinity(0))
+    rows = {}
+    for w in ["p1", "p2"]:
+        cfg = os.path.join(args.data, w, "config.json")
+        cmds = {(w, "bare --tuned --bwd"): [bare, cfg, "--tuned", "--backward"], (w, "scan (auto)"): [scan, "scan", cfg, "-q"]}
+        for j in range(1, cores + 1):
+            cmds[(w, f"scan --jobs {j}")] = [scan, "scan", cfg, "-q", "--jobs", str(j)]
+        rows.update(measure_together(cmds, args.runs))
+    print(f"\n--jobs scaling on {cores} cores (wall s, peak RSS of the parent or largest child MB):")
+    for (w, prog), (wall, cpu, mb) in rows.items():
+        print(f"  {w:4} {prog:20} {wall:8.3f} {cpu:8.3f} {mb:8.1f}")
+    ok = True
+
+    def target(name, value, limit):
+        nonlocal ok
+        good = value <= limit
+        ok = ok and good
+        print(f"  {'PASS' if good else 'MISS'}  {name}: {value:.3f} (<= {limit:.3f})")
+
+    print("targets (issue 15):")
+    if cores >= 2:
+        target("p1 scan --jobs 2 / bare loop --tuned --backward (wall)", rows[("p1", "scan --jobs 2")][0] / rows[("p1", "bare --tuned --bwd")][0], 0.65)
+    target("p2 scan (default jobs) / bare loop --tuned --backward (wall)", rows[("p2", "scan (auto)")][0] / rows[("p2", "bare --tuned --bwd")][0], 1.0)
+    return ok
 
 
 if __name__ == "__main__":

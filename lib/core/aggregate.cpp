@@ -29,28 +29,6 @@ nlohmann::ordered_json shapes_json(const BatchShapes& b) {
           {"target_shape", shape(b.target)}};
 }
 
-// The batch sizes the configured loader delivers (the same on every rank).
-std::vector<uint64_t> produced_sizes(const Geometry& g) {
-  std::vector<uint64_t> out;
-  if (g.recorded()) {
-    std::set<uint64_t> sizes;
-    for (const auto& rank : g.spec.recorded->ranks) {
-      for (const auto& batch : rank) sizes.insert(batch.size());
-    }
-    return std::vector<uint64_t>(sizes.rbegin(), sizes.rend());
-  }
-  if (g.full_batches > 0) out.push_back(g.spec.batch_size);
-  if (g.last_batch_size > 0 && g.last_batch_size != g.spec.batch_size) out.push_back(g.last_batch_size);
-  return out;
-}
-
-// The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
-uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
-  const uint64_t b = g.spec.batch_size, w = g.spec.world_size;
-  uint64_t per_rank = g.samples_per_rank - g.samples_per_rank % b + size;
-  if (per_rank < g.samples_per_rank) per_rank += b;
-  return per_rank > UINT64_MAX / w ? UINT64_MAX : per_rank * w;
-}
 
 }  // namespace
 
@@ -139,8 +117,15 @@ void Aggregator::end(const StepEnd& e) {
   advance_watermark();
   if (e.forward_ok) largest_ok_ = std::max(largest_ok_, e.size);
   if (e.shapes) {
-    if (!first_) first_ = e.shapes;
-    last_ = e.shapes;
+    // The lowest and highest step: --fail-fast checks the last batch early.
+    if (!first_ || e.step < first_step_) {
+      first_ = e.shapes;
+      first_step_ = e.step;
+    }
+    if (!last_ || e.step >= last_step_) {
+      last_ = e.shapes;
+      last_step_ = e.step;
+    }
   }
   if (!probe && e.step < start_.replay_steps) {
     done_.fetch_add(1, std::memory_order_release);  // after start_: steps_total() is then safe to read
@@ -423,6 +408,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   r["tool"] = {{"name", "batchcheck"}, {"version", BATCHCHECK_VERSION}, {"libtorch", start_.libtorch}};
   r["config"] = cfg_.file;
   r["complete"] = result.complete;
+  if (end.stopped_at_error) r["stopped_at_first_error"] = true;  // --fail-fast
   r["verdict"] = result.failed ? "fail" : "pass";
   r["fail_on"] = to_string(settings_.fail_on);
   r["device"] = start_.device;
@@ -484,6 +470,9 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   for (const auto& n : extra_notes_) notes.push_back(n);
   if (end.device_lost) {
     notes.push_back("a CUDA device-side assert stopped the scan: the report covers the batches up to it");
+  } else if (end.stopped_at_error) {
+    notes.push_back("--fail-fast: the scan stopped at its first error, after " + plural(done_.load(), "batch", "batches") +
+                    " (the probes and every rank's first and last batch come first); the rest was not checked");
   } else if (!result.complete) {
     notes.push_back("the scan was interrupted: the report covers only the batches checked");
   }

@@ -101,6 +101,7 @@ class Aggregator : public ScanSink {
   std::atomic<uint64_t> done_{0};                 // replay steps ended
   uint64_t largest_ok_ = 0;
   std::optional<BatchShapes> first_, last_;
+  uint64_t first_step_ = 0, last_step_ = 0;
   std::optional<StepInfo> localizing_;
   std::map<std::string, unsigned> localized_;  // batches localized per finding id
   // A shard's scan: the committed journal, per step, for its partial report.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "core/int128.h"
 #include "core/errors.h"
@@ -179,6 +180,28 @@ int64_t BatchPlan::padded_sample(uint64_t k, uint64_t* rank) const {
   const uint64_t global = n + k;  // padding follows the N real entries
   if (rank) *rank = global % geometry_.spec.world_size;
   return order_at(global);
+}
+
+std::vector<uint64_t> produced_sizes(const Geometry& g) {
+  std::vector<uint64_t> out;
+  if (g.recorded()) {
+    std::set<uint64_t> sizes;
+    for (const auto& rank : g.spec.recorded->ranks) {
+      for (const auto& batch : rank) sizes.insert(batch.size());
+    }
+    return std::vector<uint64_t>(sizes.rbegin(), sizes.rend());
+  }
+  if (g.full_batches > 0) out.push_back(g.spec.batch_size);
+  if (g.last_batch_size > 0 && g.last_batch_size != g.spec.batch_size) out.push_back(g.last_batch_size);
+  return out;
+}
+
+// The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
+uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
+  const uint64_t b = g.spec.batch_size, w = g.spec.world_size;
+  uint64_t per_rank = g.samples_per_rank - g.samples_per_rank % b + size;
+  if (per_rank < g.samples_per_rank) per_rank += b;
+  return per_rank > UINT64_MAX / w ? UINT64_MAX : per_rank * w;
 }
 
 }  // namespace batchcheck

@@ -87,4 +87,9 @@ class BatchPlan {
   std::vector<int64_t> order_;
 };
 
+// The batch sizes the configured loader delivers (the same on every rank), largest first.
+std::vector<uint64_t> produced_sizes(const Geometry& g);
+// The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
+uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size);
+
 }  // namespace batchcheck

@@ -99,6 +99,7 @@ json command_json(const ScanCommand& c) {
           {"mode", c.mode ? json(static_cast<int>(*c.mode)) : json()},
           {"edges", c.edges}, {"no_backward", c.no_backward}, {"max_batches", opt(c.max_batches)},
           {"rank", opt(c.rank)}, {"threads", opt(c.threads)}, {"batch_timeout", opt(c.batch_timeout)},
+          {"fail_fast", c.fail_fast},
           {"verbosity", c.verbosity}, {"progress", c.progress}, {"handle_signals", c.handle_signals},
           {"shard", c.shard ? json{c.shard->index, c.shard->count, c.shard->source, c.shard->from} : json()}};
 }
@@ -114,6 +115,7 @@ ScanCommand command_of(const json& j) {
   c.max_batches = opt_of<uint64_t>(j.at("max_batches"));
   c.rank = opt_of<uint64_t>(j.at("rank"));
   c.threads = opt_of<uint64_t>(j.at("threads"));
+  c.fail_fast = j.at("fail_fast").get<bool>();
   c.batch_timeout = opt_of<double>(j.at("batch_timeout"));
   c.verbosity = j.at("verbosity").get<int>();
   c.progress = j.at("progress").get<bool>();
@@ -236,7 +238,7 @@ void JournalWriter::cause(CauseEvent&& c) {
 }
 
 void JournalWriter::finish(const ScanEnd& e) {
-  write({{"e", "finish"}, {"complete", e.complete}, {"device_lost", e.device_lost}});
+  write({{"e", "finish"}, {"complete", e.complete}, {"device_lost", e.device_lost}, {"stopped_at_error", e.stopped_at_error}});
 }
 
 void JournalWriter::loading(const std::string& file) { write({{"e", "loading"}, {"file", file}}); }
@@ -328,7 +330,7 @@ JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) 
       if (!c.root_cause.is_null() && !c.root_cause.is_object()) throw std::invalid_argument("root_cause");
       sink.cause(std::move(c));
     } else if (e == "finish") {
-      sink.finish({j.at("complete").get<bool>(), j.at("device_lost").get<bool>()});
+      sink.finish({j.at("complete").get<bool>(), j.at("device_lost").get<bool>(), j.value("stopped_at_error", false)});
     } else if (e == "loading") {
       out.kind = JournalLine::Kind::Loading;
       out.file = j.at("file").get<std::string>();

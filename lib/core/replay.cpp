@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/catalog.h"
 #include "core/collate_stage.h"
 #include "core/contract.h"
 #include "core/errors.h"
@@ -109,6 +110,10 @@ class Replayer {
   uint64_t largest_ok_batch_ = 0;
   bool batch_has_error_ = false;
   bool complete_ = true;
+  // --fail-fast: a finding that fails the gate was recorded (probes at sizes the loader
+  // never delivers are warnings: they do not count).
+  bool failing_ = false;
+  std::vector<uint64_t> delivered_;
   // A device-side assert leaves the CUDA context unusable: nothing after it can run.
   bool device_lost_ = false;
   ModelInfo model_;
@@ -125,6 +130,10 @@ void Replayer::record(const BatchContext& ctx, const std::string& id, const std:
                       const std::string& message, nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows,
                       uint64_t total_rows, const std::string& cuda_equivalent) {
   batch_has_error_ = true;
+  if (settings_.fail_fast && fails(default_severity(id), settings_.fail_on) &&
+      (!ctx.step.probe || std::find(delivered_.begin(), delivered_.end(), ctx.step.size) != delivered_.end())) {
+    failing_ = true;
+  }
   RecordEvent ev;
   ev.at = ctx.step;
   ev.id = id;
@@ -323,7 +332,7 @@ void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
 // Probes: batches of the given sizes from the start of the dataset, on the model exactly
 // as loaded from its file (no running statistics from the replay's batches).
 void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
-  if (!complete_) return;
+  if (!complete_ || failing_) return;
   if (settings_.shard && settings_.shard->index != 0) return;  // shard 0 runs them
   bool reset = false;
   const auto& sizes = cfg_.checks.probe_batch_sizes;
@@ -349,6 +358,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
     if (settings_.verbosity > 0) {
       log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
     }
+    if (failing_) break;
   }
   collect_pending();
   if (stop_requested()) complete_ = false;
@@ -404,21 +414,51 @@ void Replayer::run(const OrderFn& order) {
   sink_.start(start);
 
   auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
-  auto next_run = [&](uint64_t step) {
-    uint64_t s = step + 1;
-    while (s < total && !runs(s)) ++s;
-    return s;
+  // The order of the steps: in turn; --fail-fast puts the probes and every rank's first and
+  // last batch (where tails and shape errors live) first.
+  const bool fail_fast = settings_.fail_fast && settings_.fail_on != FailOn::Never;
+  delivered_ = produced_sizes(g);
+  std::vector<uint64_t> head;
+  if (fail_fast && per_rank > 0) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      head.push_back(r * per_rank);
+      if (per_rank > 1) head.push_back(r * per_rank + per_rank - 1);
+    }
+  }
+  const std::set<uint64_t> in_head(head.begin(), head.end());
+  struct Cursor {
+    std::size_t head = 0;
+    uint64_t rest = 0;
   };
+  auto advance = [&](Cursor& c) -> std::optional<uint64_t> {
+    for (;;) {
+      uint64_t s;
+      if (c.head < head.size()) {
+        s = head[c.head++];
+      } else {
+        while (c.rest < total && in_head.count(c.rest)) ++c.rest;
+        if (c.rest >= total) return std::nullopt;
+        s = c.rest++;
+      }
+      if (runs(s)) return s;
+    }
+  };
+  if (fail_fast) {
+    run_probes(total, data.samples);
+    collect_pending();
+    backend_.reset_model();  // the replay starts from the model as loaded
+    bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+  }
   std::vector<int64_t> indices, next;
   bool have_next = false;
   std::optional<uint64_t> current_rank;
-  for (uint64_t step = resume_.start_step; step < total; step = next_run(step)) {
-    if (!runs(step)) continue;
+  Cursor cursor{0, resume_.start_step};
+  for (std::optional<uint64_t> step = failing_ ? std::nullopt : advance(cursor); step;) {
     if (stop_requested()) {
       complete_ = false;
       break;
     }
-    const uint64_t rank = ranks[step / per_rank], b = batch_list[step % per_rank];
+    const uint64_t rank = ranks[*step / per_rank], b = batch_list[*step % per_rank];
     if (current_rank && *current_rank != rank) {
       // Each DDP rank trains its own replica loaded from the file: no running statistics
       // carry over from the previous rank's batches.
@@ -427,23 +467,30 @@ void Replayer::run(const OrderFn& order) {
       bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
     }
     current_rank = rank;
-    indices = have_next ? std::move(next) : indices_of(step);
+    indices = have_next ? std::move(next) : indices_of(*step);
     // The batch after this one, so the backend can read it during this forward.
-    const uint64_t following = next_run(step);
-    have_next = following < total;
-    if (have_next) next = indices_of(following);
-    BatchContext ctx{StepInfo{step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};
+    Cursor after = cursor;
+    const std::optional<uint64_t> following = advance(after);
+    have_next = following.has_value();
+    if (have_next) next = indices_of(*following);
+    BatchContext ctx{StepInfo{*step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};
     check_batch(ctx, have_next ? &next : nullptr);
+    if (fail_fast) collect_pending();  // this step's findings decide whether to go on
     if (settings_.verbosity > 0) {
       log_ << "rank " << rank << " batch " << b << " (" << indices.size() << " samples): "
            << (batch_has_error_ ? "findings" : "ok") << "\n";
     }
+    if (failing_) break;
+    cursor = after;
+    step = following;
   }
   collect_pending();
-  run_probes(total, data.samples);
+  if (failing_) complete_ = false;
+  if (!fail_fast) run_probes(total, data.samples);
   ScanEnd end;
   end.complete = complete_;
   end.device_lost = device_lost_;
+  end.stopped_at_error = failing_;
   sink_.finish(end);
 }
 

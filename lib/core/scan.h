@@ -34,6 +34,9 @@ struct Shard {
 struct ScanSettings {
   FailOn fail_on = FailOn::Error;
   bool edges = false;            // only the first and last batch of each rank, plus probes
+  // The probes, then every rank's first and last batch, then the rest; stop at the first
+  // finding that fails the gate (--fail-fast).
+  bool fail_fast = false;
   std::optional<uint64_t> rank;  // only this rank
   int verbosity = 0;             // -1 quiet, 0 normal, 1 verbose
   bool progress = false;         // draw a progress line (stderr is a terminal)

@@ -73,7 +73,8 @@ struct CauseEvent {
 
 struct ScanEnd {
   bool complete = true;
-  bool device_lost = false;  // a CUDA device-side assert stopped the scan
+  bool device_lost = false;       // a CUDA device-side assert stopped the scan
+  bool stopped_at_error = false;  // --fail-fast stopped it at the first failing finding
 };
 
 class ScanSink {

@@ -120,6 +120,7 @@ ScanSettings scan_settings(const ScanCommand& cmd) {
   ScanSettings settings;
   settings.fail_on = cmd.fail_on;
   settings.edges = cmd.edges;
+  settings.fail_fast = cmd.fail_fast;
   settings.rank = cmd.rank;
   settings.verbosity = cmd.verbosity;
   settings.progress = cmd.progress;

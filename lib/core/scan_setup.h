@@ -28,6 +28,7 @@ struct ScanCommand {
   std::optional<std::string> device;
   std::optional<Mode> mode;
   bool edges = false;
+  bool fail_fast = false;    // --fail-fast: likeliest failures first, stop at the first error
   bool no_backward = false;  // --no-backward
   std::optional<uint64_t> max_batches;
   std::optional<uint64_t> rank;

@@ -195,6 +195,7 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start,
                  {"mode", to_string(cfg.model.mode)}};
   j["complete"] = end.complete;
   j["device_lost"] = end.device_lost;
+  j["stopped_at_error"] = end.stopped_at_error;
   j["notes"] = notes;
   j["start"] = start;
   json s = json::array();
@@ -308,6 +309,7 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
       }
       end.complete = end.complete && complete;
       end.device_lost = end.device_lost || p->j.at("device_lost").get<bool>();
+      end.stopped_at_error = end.stopped_at_error || p->j.value("stopped_at_error", false);
       for (const auto& n : p->j.at("notes")) {
         const std::string text = n.get<std::string>();
         if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);

@@ -13,7 +13,10 @@ std::string format_summary(const ScanResult& result) {
   const auto& b = r["batches"];
   out << "batchcheck: " << r["config"].get<std::string>() << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
       << " on " << r["device"].get<std::string>() << " (" << r["mode"].get<std::string>() << " mode)"
-      << (result.complete ? "" : ", INTERRUPTED") << "\n";
+      << (result.complete                               ? ""
+          : r.value("stopped_at_first_error", false) ? ", STOPPED AT THE FIRST ERROR (--fail-fast)"
+                                                     : ", INTERRUPTED")
+      << "\n";
   auto line = [&](const char* name, const nlohmann::ordered_json& s) {
     if (s.is_null()) return;
     auto shape = [](const nlohmann::ordered_json& j) { return j.is_null() ? std::string("-") : j.dump(); };

@@ -215,7 +215,7 @@ void Jobs::wait_and_measure() {
 
 ScanOutcome Jobs::run(std::ostream& out) {
   const uint64_t count = cmd_.jobs ? std::min<uint64_t>(*cmd_.jobs, kMaxJobs) : 1;
-  deciding_ = !cmd_.jobs;
+  deciding_ = !cmd_.jobs && !cmd_.fail_fast;  // failing fast is about the first batches: one job
   jobs_.resize(count);
   for (std::size_t k = 0; k < count; ++k) start(k, count, 0, {});
   wait_and_measure();
@@ -249,6 +249,7 @@ ScanOutcome Jobs::run(std::ostream& out) {
     }
     end.complete = end.complete && j->agg->started() && j->result.end.complete;
     end.device_lost = end.device_lost || j->result.end.device_lost;
+    end.stopped_at_error = end.stopped_at_error || j->result.end.stopped_at_error;
   }
   draw(true);
   ScanSettings settings = scan_settings(cmd_);

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "core/aggregate.h"
+#include "core/catalog.h"
 #include "core/errors.h"
 #include "core/journal.h"
 #include "core/text.h"
@@ -362,6 +363,12 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
                              " (forward, loss or backward, inside LibTorch or the model's own code): training dies "
                              "here the same way; batchcheck went on in a fresh process after this batch",
                          {{"signal", crashed ? how.substr(0, how.find(' ')) : how}});
+    }
+    if (cmd.fail_fast && fails(default_severity("forward-crash"), cmd.fail_on)) {
+      // The crash is the first error: a fresh child would go on past it.
+      out.end.complete = false;
+      out.end.stopped_at_error = true;
+      return out;
     }
     // Consecutive steps of this process: a shard's are `count` apart.
     const uint64_t stride = cmd.shard ? cmd.shard->count : 1;
