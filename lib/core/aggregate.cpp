@@ -81,7 +81,9 @@ void Aggregator::end(const StepEnd& e) {
   if (journal_) {
     // A shard keeps each step's committed journal for `merge` (core/shard.h).
     auto o = open_.find(e.step);
-    if (o != open_.end()) journal_->begin(o->second.first, o->second.second);
+    // Without its indices: the records carry the samples they name, and a committed step is
+    // never failed again (a part of 10^4 steps stays small).
+    if (o != open_.end()) journal_->begin(o->second.first, {});
     auto p = pending_.find(e.step);
     if (p != pending_.end()) {
       for (const auto& r : p->second) journal_->record(RecordEvent(r));
