@@ -86,10 +86,8 @@ void add_view_options(CLI::App* cmd, ViewArgs& a) {
 // `batchcheck render REPORT.json`: the views of a saved report; markdown on stdout when no
 // view is asked for.
 int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, std::ostream& err) {
-  read_json_file(path, path);  // a readable file of valid JSON, or the error with its line and column
-  // Parsed again keeping the key order, so `render` prints what `scan` printed (evidence objects).
-  std::ifstream in(path, std::ios::binary);
-  const nlohmann::ordered_json report = nlohmann::ordered_json::parse(in);
+  // Keeping the key order, so `render` prints what `scan` printed (evidence objects).
+  const nlohmann::ordered_json report = read_ordered_json_file(path, path);
   require_report(report, path);
   ViewTargets v = view_targets(a);
   refuse_overwriting_report(v, path);

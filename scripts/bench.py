@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-python", action="store_true", help="skip program (c)")
     ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling curve (issue 15)")
+    ap.add_argument("--merge-scale", action="store_true",
+                    help="also time `merge` of 100 partial reports of 10^4 batches each (writes ~315 MB to --data)")
     args = ap.parse_args()
 
     scan = os.path.join(args.build, "app", "batchcheck")
@@ -55,7 +57,10 @@ def main():
     subprocess.run([os.path.join(args.build, "bench", "bench_make_workloads"), args.data], check=True)
 
     if args.jobs_only:
-        sys.exit(0 if jobs_curve(scan, bare, args) else 1)
+        ok = jobs_curve(scan, bare, args)
+        if args.merge_scale:
+            ok = merge_scale(scan, args) and ok
+        sys.exit(0 if ok else 1)
 
     rows = {}
     for w in ["p1", "p2"]:
@@ -112,6 +117,21 @@ def main():
     target("suggest 2^64-59 whole process (ms)", rows[("-", "suggest 2^64-59")][0] * 1000, 50.0, "{:.1f}")
     ok_all = jobs_curve(scan, bare, args) and ok_all
     sys.exit(0 if ok_all else 1)
+
+
+def merge_scale(scan, args):
+    """Issue 15: `merge` of 100 partial reports of 10^4 batches each, made from one real part."""
+    parts = os.path.join(args.data, "parts")
+    template = os.path.join(args.data, "part-template.json")
+    subprocess.run([scan, "scan", os.path.join(ROOT, "sample_configs", "clean.json"), "--shard", "0/1", "-o", template, "-q"],
+                   check=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "make_parts.py"), template, parts, "100", "10000"], check=True)
+    files = sorted(os.path.join(parts, f) for f in os.listdir(parts))
+    wall, cpu, mb = run_once([scan, "merge", *files, "-o", os.path.join(args.data, "merged.json"), "-q"])
+    print(f"\nmerge of 100 parts x 10^4 batches: {wall:.2f} s wall, {mb:.0f} MB peak")
+    good = wall <= 1.0
+    print(f"  {'PASS' if good else 'MISS'}  merge 10^6 batches (s): {wall:.2f} (<= 1.00)")
+    return good
 
 
 def jobs_curve(scan, bare, args):

@@ -45,11 +45,14 @@ std::string strip_parse_prefix(const std::string& msg) {
 
 }  // namespace
 
-json parse_json_text(const std::string& display_path, const std::string& text) {
+namespace {
+
+template <typename J>
+J parse_text_as(const std::string& display_path, const std::string& text) {
   bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
   if (blank) throw InputError(display_path, "1:1", "the file is empty; expected a JSON object");
   try {
-    return json::parse(text);
+    return J::parse(text);
   } catch (const json::parse_error& e) {
     auto [line, col] = line_column(text, e.byte);
     throw InputError(display_path, std::to_string(line) + ":" + std::to_string(col), strip_parse_prefix(e.what()));
@@ -70,14 +73,28 @@ json parse_json_text(const std::string& display_path, const std::string& text) {
   }
 }
 
-json read_json_file(const std::string& display_path, const std::string& fs_path) {
+std::string read_text_file(const std::string& display_path, const std::string& fs_path) {
   require_regular_file(display_path, fs_path, "a JSON file");
   std::ifstream in(fs_path, std::ios::binary);
   if (!in) throw InputError(display_path, "", std::string("cannot read: ") + std::strerror(errno));
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) throw InputError(display_path, "", "read error");
-  return parse_json_text(display_path, buf.str());
+  return std::move(buf).str();
+}
+
+}  // namespace
+
+json parse_json_text(const std::string& display_path, const std::string& text) {
+  return parse_text_as<json>(display_path, text);
+}
+
+json read_json_file(const std::string& display_path, const std::string& fs_path) {
+  return parse_json_text(display_path, read_text_file(display_path, fs_path));
+}
+
+nlohmann::ordered_json read_ordered_json_file(const std::string& display_path, const std::string& fs_path) {
+  return parse_text_as<nlohmann::ordered_json>(display_path, read_text_file(display_path, fs_path));
 }
 
 std::string describe_json(const json& v) {

@@ -15,6 +15,8 @@ namespace batchcheck {
 nlohmann::json read_json_file(const std::string& display_path, const std::string& fs_path);
 // Parses text; syntax errors become InputError(display_path, "line:column", ...).
 nlohmann::json parse_json_text(const std::string& display_path, const std::string& text);
+// read_json_file keeping the keys' order (a report or a partial report, printed again as written).
+nlohmann::ordered_json read_ordered_json_file(const std::string& display_path, const std::string& fs_path);
 
 // `"8"`, `8.5`, `true`, `null`, `an array`, `an object`: for "expected X, got Y".
 std::string describe_json(const nlohmann::json& v);

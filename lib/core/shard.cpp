@@ -231,10 +231,8 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
   };
   std::vector<Part> parts;
   for (const auto& path : in.parts) {
-    read_json_file(path, path);  // a readable file of valid JSON, or the error with its line and column
-    // Parsed again keeping the key order: the merged report prints as the whole scan's did.
-    std::ifstream file(path, std::ios::binary);
-    Part p{path, json::parse(file), 0};
+    // Keeping the key order: the merged report prints as the whole scan's did.
+    Part p{path, read_ordered_json_file(path, path), 0};
     if (!p.j.is_object() || p.j.value("batchcheck_partial", json()) != kPartialVersion) {
       throw InputError(path, "", "not a partial report of batchcheck scan --shard (a full report needs no merge)");
     }
