@@ -17,11 +17,6 @@ const std::string kBin = BATCHCHECK_BINARY_DIR "/app/batchcheck";
 
 std::vector<float> zeros(uint64_t n) { return std::vector<float>(n, 0.0f); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 Json scan_json(const std::string& cfg, const std::string& out, std::vector<std::string> flags, int expect_code) {
   std::vector<std::string> args = {"scan", cfg, "-o", out, "-q"};
   args.insert(args.end(), flags.begin(), flags.end());
@@ -46,14 +41,8 @@ TEST(FailFast, TheSeedStopsAtTheProbeOfOneSample) {
   EXPECT_EQ(r["notes"], Json::array({"--fail-fast: the scan stopped at its first error, after 0 batches (the probes and every "
                                      "rank's first and last batch come first); the rest was not checked"}));
   // Without probes: batch 0, then the last batch, where the NaN is.
-  Json cfg_json = Json::parse(slurp(cfg));
-  for (const char* k : {"inputs", "targets"}) {
-    cfg_json["data"][k] = BATCHCHECK_SOURCE_DIR "/sample_configs/" + cfg_json["data"][k].get<std::string>();
-  }
-  cfg_json["model"]["path"] = BATCHCHECK_SOURCE_DIR "/sample_configs/" + cfg_json["model"]["path"].get<std::string>();
-  cfg_json["checks"]["probe_batch_sizes"] = Json::array();
-  std::ofstream(dir.file("noprobe.json")) << cfg_json.dump();
-  Json t = scan_json(dir.file("noprobe.json"), dir.file("t.json"), {"--fail-fast"}, 1);
+  const std::string noprobe = sample_config_in(dir, "segmentation_tail.json", {{"checks", {{"probe_batch_sizes", Json::array()}}}});
+  Json t = scan_json(noprobe, dir.file("t.json"), {"--fail-fast"}, 1);
   EXPECT_EQ(t["batches"]["checked"], 2);
   EXPECT_EQ(t["batches"]["first"]["index"], 0);
   EXPECT_EQ(t["batches"]["last"]["index"], 130);

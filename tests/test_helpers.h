@@ -2,6 +2,9 @@
 // Shared by the engine tests: running a program and capturing its output, temp folders.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace batchcheck::test_util {
@@ -50,5 +53,29 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A bundled sample config (sample_configs/) written into `dir` with absolute paths and `patch`
+// merged into it (RFC 7386, e.g. {"loader": {"world_size": 2}}); returns its path.
+inline std::string sample_config_in(const TempDir& dir, const std::string& sample,
+                                    const nlohmann::json& patch = nlohmann::json::object()) {
+  const std::string src = BATCHCHECK_SOURCE_DIR "/sample_configs/";
+  nlohmann::json cfg = nlohmann::json::parse(slurp(src + sample));
+  for (auto& [section, keys] : cfg.items()) {
+    if (!keys.is_object()) continue;
+    for (auto& [key, value] : keys.items()) {
+      if (value.is_string() && value.get<std::string>().rfind("generated/", 0) == 0) value = src + value.get<std::string>();
+    }
+  }
+  cfg.merge_patch(patch);
+  const std::string path = dir.file(sample);
+  std::ofstream(path) << cfg.dump(1);
+  return path;
+}
 
 }  // namespace batchcheck::test_util

@@ -70,4 +70,10 @@ TEST(Jobs, EveryProcessGetsTheSameThreadShare) {
   EXPECT_EQ(threads_per_job(2, 3), 1u);  // never zero
   EXPECT_EQ(threads_per_job(64, auto_max_jobs(64)), 8u);
   EXPECT_EQ(threads_per_job(7, 2), 3u);
+  // A 10 GB model with 32 GB free: 2 jobs of 32 threads on a 64-core machine, not 8 of 8.
+  const uint64_t gb = uint64_t{1} << 30;
+  EXPECT_EQ(auto_max_jobs(64, 10 * gb, 32 * gb), 1u);
+  EXPECT_EQ(auto_max_jobs(64, 2 * gb, 32 * gb), 2u);
+  EXPECT_EQ(threads_per_job(64, auto_max_jobs(64, 2 * gb, 32 * gb)), 32u);
+  EXPECT_EQ(auto_max_jobs(2, 50 << 20, 20 * gb), 2u);  // a small model on this machine
 }

@@ -81,3 +81,35 @@ TEST(Shard, OutputPathPerShard) {
                                      "the path (e.g. -o part-{shard}.json)");
   }
 }
+
+// A part's clean steps stay compact: the batch shapes only on its lowest and highest step (the
+// report's first and last batch), whatever order they end in; a step that gets a line later
+// becomes journal lines; every step comes back in order.
+TEST(StepLog, KeepsShapesOnTheLowestAndHighestStepOnly) {
+  StepLog log;
+  auto end_of = [](uint64_t step) {
+    StepEnd e;
+    e.step = step;
+    e.forward_ok = true;
+    e.size = 4;
+    e.shapes = BatchShapes{step, 4, {}, {}, {}};
+    return e;
+  };
+  for (uint64_t s : {0, 9, 3, 5, 12, 1}) log.clean(StepInfo{s, 0, s, false, 4}, end_of(s));
+  std::vector<uint64_t> shaped;
+  for (const auto& [step, c] : log.cleans()) {
+    if (c.shapes) shaped.push_back(step);
+  }
+  EXPECT_EQ(shaped, (std::vector<uint64_t>{0, 12}));
+  EXPECT_EQ(log.cleans().at(12).end().shapes->index, 12u);
+  EXPECT_FALSE(log.cleans().at(9).end().shapes);
+
+  log.lines(5).push_back({{"e", "cause"}});  // a late line: step 5 becomes lines
+  EXPECT_EQ(log.cleans().count(5), 0u);
+  ASSERT_EQ(log.lines().at(5).size(), 3u);
+  EXPECT_EQ(log.lines().at(5)[0]["e"], "begin");
+  EXPECT_EQ(log.lines().at(5)[1]["e"], "end");
+  std::vector<uint64_t> order;
+  for (const auto& [step, lines] : log.all_lines()) order.push_back(step);
+  EXPECT_EQ(order, (std::vector<uint64_t>{0, 1, 3, 5, 9, 12}));
+}

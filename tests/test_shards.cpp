@@ -18,11 +18,6 @@ namespace {
 
 const std::string kBin = BATCHCHECK_BINARY_DIR "/app/batchcheck";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 struct CliRun {
   int code = -1;
   std::string err;
@@ -33,22 +28,6 @@ CliRun cli(const std::vector<std::string>& args) {
   r.code = run_cli(args, out, err);
   r.err = err.str();
   return r;
-}
-
-// A sample config rewritten with absolute paths (and extra keys), in `dir`.
-std::string config_in(const TempDir& dir, const std::string& sample, const Json& loader_extra = Json::object()) {
-  const std::string src = BATCHCHECK_SOURCE_DIR "/sample_configs/";
-  Json cfg = Json::parse(slurp(src + sample));
-  for (auto& [section, keys] : cfg.items()) {
-    if (!keys.is_object()) continue;
-    for (auto& [key, value] : keys.items()) {
-      if (value.is_string() && value.get<std::string>().rfind("generated/", 0) == 0) value = src + value.get<std::string>();
-    }
-  }
-  for (auto& [k, v] : loader_extra.items()) cfg["loader"][k] = v;
-  const std::string path = dir.file(sample);
-  std::ofstream(path) << cfg.dump(1);
-  return path;
 }
 
 }  // namespace
@@ -64,7 +43,7 @@ TEST(Shards, MergedPartsAreTheWholeScansReport) {
   for (const Case& c : {Case{"segmentation_tail.json", Json::object(), 3},
                         Case{"classification_label255.json", Json{{"world_size", 2}}, 4}}) {
     SCOPED_TRACE(c.sample);
-    const std::string cfg = config_in(dir, c.sample, c.loader);
+    const std::string cfg = sample_config_in(dir, c.sample, {{"loader", c.loader}});
     const std::string whole = dir.file("whole.json");
     CliRun w = cli({"scan", cfg, "-q", "-o", whole});
     EXPECT_EQ(w.code, 1) << w.err;
@@ -98,7 +77,7 @@ TEST(Shards, MergedPartsAreTheWholeScansReport) {
 
 TEST(Shards, PartsOfAnotherSetupAreRefused) {
   TempDir dir("shards-foreign");
-  const std::string a = config_in(dir, "segmentation_tail.json");
+  const std::string a = sample_config_in(dir, "segmentation_tail.json");
   ASSERT_EQ(cli({"scan", a, "--shard", "0/2", "-o", dir.file("a-0.json")}).code, 0);
   // The same config with another batch size is another setup.
   Json other = Json::parse(slurp(a));
@@ -131,7 +110,7 @@ TEST(Shards, TorchrunStartsTheShards) {
                  << "): the torchrun test runs with the default build's torch";
   }
   TempDir dir("shards-torchrun");
-  const std::string cfg = config_in(dir, "segmentation_tail.json");
+  const std::string cfg = sample_config_in(dir, "segmentation_tail.json");
   // torchrun gives each worker OMP_NUM_THREADS=1: the whole scan too, or reductions over
   // other thread counts differ in the last digit.
   ASSERT_EQ(run_command("ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 '" + kBin + "' scan '" + cfg + "' -q -o '" + dir.file("whole.json") + "'").status, 1);

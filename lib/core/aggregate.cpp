@@ -79,17 +79,21 @@ void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::mo
 
 void Aggregator::end(const StepEnd& e) {
   if (journal_) {
-    // A shard keeps each step's committed journal for `merge` (core/shard.h).
+    // A part of a scan keeps each step's committed journal for joining (core/step_log.h).
     auto o = open_.find(e.step);
-    // Without its indices: the records carry the samples they name, and a committed step is
-    // never failed again (a part of 10^4 steps stays small).
-    if (o != open_.end()) journal_->begin(o->second.first, {});
     auto p = pending_.find(e.step);
-    if (p != pending_.end()) {
-      for (const auto& r : p->second) journal_->record(RecordEvent(r));
+    if (o != open_.end() && (p == pending_.end() || p->second.empty())) {
+      step_log_.clean(o->second.first, e);
+    } else {
+      // Without its indices: the records carry the samples they name, and a committed step
+      // is never failed again.
+      if (o != open_.end()) journal_->begin(o->second.first, {});
+      if (p != pending_.end()) {
+        for (const auto& r : p->second) journal_->record(RecordEvent(r));
+      }
+      journal_->end(e);
+      log_step(e.step);
     }
-    journal_->end(e);
-    log_step(e.step);
   }
   std::optional<Severity> worst;
   auto it = pending_.find(e.step);
@@ -149,8 +153,7 @@ void Aggregator::advance_watermark() {
 }
 
 void Aggregator::log_step(uint64_t step) {
-  nlohmann::ordered_json& lines = step_log_[step];
-  if (!lines.is_array()) lines = nlohmann::ordered_json::array();
+  nlohmann::ordered_json& lines = step_log_.lines(step);
   for (auto& l : scratch_) lines.push_back(std::move(l));
   scratch_.clear();
 }
@@ -488,7 +491,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   }
   r["notes"] = notes;
   if (settings_.shard) {
-    std::vector<std::pair<uint64_t, nlohmann::ordered_json>> steps(step_log_.begin(), step_log_.end());
+    const std::vector<std::pair<uint64_t, nlohmann::ordered_json>> steps = step_log_.all_lines();
     result.partial = make_partial(cfg_, *settings_.shard, start_line_, steps, extra_notes_, end);
     result.partial["config"]["edges"] = settings_.edges;
     result.partial["config"]["max_batches"] = cfg_.checks.max_batches;

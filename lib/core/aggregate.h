@@ -20,6 +20,7 @@
 #include "core/scan.h"
 #include "core/scan_events.h"
 #include "core/series.h"
+#include "core/step_log.h"
 
 namespace batchcheck {
 
@@ -71,7 +72,7 @@ class Aggregator : public ScanSink {
   uint64_t steps_done() const { return done_.load(std::memory_order_acquire); }
   // A shard's committed journal: the scan's start line, and each ended step's lines.
   const nlohmann::ordered_json& start_line() const { return start_line_; }
-  const std::map<uint64_t, nlohmann::ordered_json>& step_log() const { return step_log_; }
+  const StepLog& step_log() const { return step_log_; }
 
   // The report; `end` says whether the scan completed.
   ScanResult result(const ScanEnd& end);
@@ -108,7 +109,7 @@ class Aggregator : public ScanSink {
   std::vector<nlohmann::ordered_json> scratch_;
   std::unique_ptr<JournalWriter> journal_;
   nlohmann::ordered_json start_line_;
-  std::map<uint64_t, nlohmann::ordered_json> step_log_;
+  StepLog step_log_;
   Series series_;  // per-batch statistics for the report's plots
   std::vector<std::string> extra_notes_;
   std::chrono::steady_clock::time_point t0_, last_draw_;

@@ -21,6 +21,15 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
+uint64_t auto_max_jobs(uint64_t threads, uint64_t model_bytes, uint64_t available_bytes) {
+  uint64_t cap = std::clamp<uint64_t>(threads, 1, 8);
+  if (available_bytes > 0) {
+    const double per_job = 400.0 * (1 << 20) + 4.0 * static_cast<double>(model_bytes);
+    cap = std::min(cap, std::max<uint64_t>(1, static_cast<uint64_t>(0.75 * static_cast<double>(available_bytes) / per_job)));
+  }
+  return cap;
+}
+
 JobsDecision decide_jobs(const JobsMeasure& m) {
   JobsDecision d;
   if (!m.cpu) {

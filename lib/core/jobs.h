@@ -27,9 +27,11 @@ struct JobsDecision {
   std::string why;  // for -v: "400 steps left (12.0 s, 0.6 s per start-up): 2 jobs"
 };
 
-// The most jobs the default may split into: one per thread of the budget, at most 8 (each
-// holds a copy of LibTorch, the model and a batch).
-inline uint64_t auto_max_jobs(uint64_t threads) { return threads < 8 ? (threads ? threads : 1) : 8; }
+// The most jobs the default may split into, fixed before it starts (the threads' share follows
+// from it): one per thread of the budget, at most 8, and no more than `available_bytes` (when
+// known) holds with a quarter kept free, at LibTorch's own ~400 MB plus 4x the model file per
+// job. A big model on a big machine gets fewer jobs with more threads each.
+uint64_t auto_max_jobs(uint64_t threads, uint64_t model_bytes = 0, uint64_t available_bytes = 0);
 
 JobsDecision decide_jobs(const JobsMeasure& m);
 

@@ -17,6 +17,7 @@
 #include "core/loss_stage.h"
 #include "core/model_findings.h"
 #include "core/post_stage.h"
+#include "core/step_order.h"
 #include "core/text.h"
 #include "core/value_findings.h"
 #include "core/worker.h"
@@ -414,35 +415,10 @@ void Replayer::run(const OrderFn& order) {
   sink_.start(start);
 
   auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
-  // The order of the steps: in turn; --fail-fast puts the probes and every rank's first and
-  // last batch (where tails and shape errors live) first.
+  // --fail-fast: the probes, then every rank's first and last batch, then the rest.
   const bool fail_fast = settings_.fail_fast && settings_.fail_on != FailOn::Never;
   delivered_ = produced_sizes(g);
-  std::vector<uint64_t> head;
-  if (fail_fast && per_rank > 0) {
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      head.push_back(r * per_rank);
-      if (per_rank > 1) head.push_back(r * per_rank + per_rank - 1);
-    }
-  }
-  const std::set<uint64_t> in_head(head.begin(), head.end());
-  struct Cursor {
-    std::size_t head = 0;
-    uint64_t rest = 0;
-  };
-  auto advance = [&](Cursor& c) -> std::optional<uint64_t> {
-    for (;;) {
-      uint64_t s;
-      if (c.head < head.size()) {
-        s = head[c.head++];
-      } else {
-        while (c.rest < total && in_head.count(c.rest)) ++c.rest;
-        if (c.rest >= total) return std::nullopt;
-        s = c.rest++;
-      }
-      if (runs(s)) return s;
-    }
-  };
+  const StepOrder steps(ranks.size(), per_rank, fail_fast, [this](uint64_t s) { return runs(s); });
   if (fail_fast) {
     run_probes(total, data.samples);
     collect_pending();
@@ -452,8 +428,8 @@ void Replayer::run(const OrderFn& order) {
   std::vector<int64_t> indices, next;
   bool have_next = false;
   std::optional<uint64_t> current_rank;
-  Cursor cursor{0, resume_.start_step};
-  for (std::optional<uint64_t> step = failing_ ? std::nullopt : advance(cursor); step;) {
+  StepOrder::Cursor cursor = steps.start(resume_.start_step);
+  for (std::optional<uint64_t> step = failing_ ? std::nullopt : steps.next(cursor); step;) {
     if (stop_requested()) {
       complete_ = false;
       break;
@@ -469,8 +445,8 @@ void Replayer::run(const OrderFn& order) {
     current_rank = rank;
     indices = have_next ? std::move(next) : indices_of(*step);
     // The batch after this one, so the backend can read it during this forward.
-    Cursor after = cursor;
-    const std::optional<uint64_t> following = advance(after);
+    StepOrder::Cursor after = cursor;
+    const std::optional<uint64_t> following = steps.next(after);
     have_next = following.has_value();
     if (have_next) next = indices_of(*following);
     BatchContext ctx{StepInfo{*step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};

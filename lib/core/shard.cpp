@@ -167,10 +167,10 @@ std::string shard_output_path(const std::string& path, const Shard& shard) {
   return path.substr(0, at) + std::to_string(shard.index) + path.substr(at + mark.size());
 }
 
-json scan_identity(const std::string& config_path, const std::vector<std::string>& model_files,
+json scan_identity(const std::string& config_text, const std::vector<std::string>& model_files,
                    const std::vector<std::string>& data_files) {
   Fnv config;
-  config.add(read_text(config_path));
+  config.add(config_text);
   Fnv model, data;
   for (const auto& f : model_files) model.add(file_hash(f, uint64_t{1} << 32));
   for (const auto& f : data_files) data.add(file_hash(f, 2 << 20));
@@ -188,10 +188,11 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start,
   json j;
   j["batchcheck_partial"] = kPartialVersion;
   j["shard"] = {{"index", shard.index}, {"count", shard.count}, {"source", shard.source}};
-  j["identity"] = scan_identity(cfg.file, {cfg.model.path}, data);
+  const std::string text = read_text(cfg.file);
+  j["identity"] = scan_identity(text, {cfg.model.path}, data);
   j["config"] = {{"file", cfg.file},
                  {"dir", std::filesystem::path(cfg.file).parent_path().string()},
-                 {"text", read_text(cfg.file)},
+                 {"text", text},
                  {"mode", to_string(cfg.model.mode)}};
   j["complete"] = end.complete;
   j["device_lost"] = end.device_lost;
@@ -215,6 +216,11 @@ ScanResult join_steps(Aggregator& agg, const json& start, const std::string& sta
   apply(start, start_from);
   // In step order, as one process would have told them.
   for (const auto& [step, lines] : steps) {
+    if (lines.clean) {
+      agg.begin(lines.clean->at, {});
+      agg.end(lines.clean->end());
+      continue;
+    }
     for (const json& line : *lines.lines) apply(line, *lines.from);
   }
   for (const auto& n : notes) agg.note(n);
@@ -297,7 +303,7 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
           throw InputError(p->path, "steps", "step " + std::to_string(step) + " is not shard " + std::to_string(k) + "'s");
         }
         if (!probe) ++covered;
-        steps.emplace(step, StepLines{&s.at("lines"), &p->path});
+        steps.emplace(step, StepLines{&s.at("lines"), &p->path, nullptr});
       }
       const uint64_t expected = replay_steps > k ? (replay_steps - k + count - 1) / count : 0;
       const bool complete = p->j.at("complete").get<bool>();

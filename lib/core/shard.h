@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/scan.h"
 #include "core/scan_events.h"
+#include "core/step_log.h"
 
 namespace batchcheck {
 
@@ -33,9 +34,9 @@ Shard resolve_shard(const std::string& value, const EnvFn& env);
 // same arguments). Throws InputError when a launcher's shard would overwrite another's.
 std::string shard_output_path(const std::string& path, const Shard& shard);
 
-// What the parts must share: the config file's bytes, the model file's, and the data files'
-// sizes with their first and last MiB (FNV-1a, hex); paths may differ between machines.
-nlohmann::ordered_json scan_identity(const std::string& config_path, const std::vector<std::string>& model_files,
+// What the parts must share: the config file's bytes (`config_text`), the model file's, and the
+// data files' sizes with their first and last MiB (FNV-1a, hex); paths may differ between machines.
+nlohmann::ordered_json scan_identity(const std::string& config_text, const std::vector<std::string>& model_files,
                                      const std::vector<std::string>& data_files);
 
 // The partial report of a shard's scan: the setup's identity, the config as written, the
@@ -44,10 +45,12 @@ nlohmann::ordered_json make_partial(const Config& cfg, const Shard& shard, const
                                     const std::vector<std::pair<uint64_t, nlohmann::ordered_json>>& steps,
                                     const std::vector<std::string>& notes, const ScanEnd& end);
 
-// One step's committed journal lines, and the part they come from (for the error).
+// One step's committed journal lines (or, from a part in memory, the step kept compact), and
+// the part they come from (for the error).
 struct StepLines {
   const nlohmann::ordered_json* lines = nullptr;
   const std::string* from = nullptr;
+  const CleanStep* clean = nullptr;
 };
 // The report one process would have built: `start`, then every step's lines in step order,
 // the parts' notes and how they ended, told to `agg`. Throws InputError(from, "steps", ...)

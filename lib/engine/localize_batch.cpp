@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "core/errors.h"
 #include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/outputs.h"
@@ -35,10 +34,7 @@ bool still_bad(const at::Tensor& p, const LocalizeRequest& req) {
   if (!p.defined() || !p.is_floating_point() || p.numel() == 0) return false;
   at::Tensor d = p.detach();
   if (req.nonfinite) return !at::isfinite(d).all().item<bool>();
-  at::Tensor out = at::zeros({}, at::TensorOptions().dtype(at::kBool).device(d.device()));
-  if (req.lo) out = out | (d < *req.lo).any();
-  if (req.hi) out = out | (d > *req.hi).any();
-  return out.item<bool>();
+  return (req.lo && (d < *req.lo).any().item<bool>()) || (req.hi && (d > *req.hi).any().item<bool>());
 }
 
 }  // namespace
@@ -89,9 +85,7 @@ std::optional<Localization> localize_batch(ModelRunner& model, const Config& cfg
         result->forwards += h.forwards;
       }
     }
-  } catch (const InputError&) {
-    result.reset();
-  } catch (const std::exception&) {
+  } catch (const std::exception&) {  // a root cause is a bonus: its failure is no finding
     result.reset();
   }
   model.restore_buffers(kept);

@@ -65,7 +65,18 @@ class TorchScriptRunner : public ModelRunner {
     torch::jit::Method method = module_.get_method("forward");
     if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(torch::jit::toGraphFunction(method.function()).graph());
     // The interpreter takes [self, args...] with defaults filled in, as Method() would pass them.
+    auto [args, kwargs] = call_args(inputs);
     std::vector<c10::IValue> stack{module_._ivalue()};
+    stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    method.function().getSchema().checkAndNormalizeInputs(stack, kwargs);
+    at::NoGradGuard no_grad;
+    c10::IValue out = localizer_->run(std::move(stack), req);
+    return localizer_->result(prediction(out), req);
+  }
+
+  // How forward takes the batch's fields: positionally, by name, or as one dict (a record).
+  std::pair<std::vector<c10::IValue>, torch::jit::Kwargs> call_args(const std::vector<c10::IValue>& inputs) const {
+    std::vector<c10::IValue> args;
     torch::jit::Kwargs kwargs;
     switch (kind_) {
       case InputsKind::Named:
@@ -74,16 +85,13 @@ class TorchScriptRunner : public ModelRunner {
       case InputsKind::Record: {
         c10::Dict<std::string, at::Tensor> record;
         for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k].toTensor());
-        stack.emplace_back(record);
+        args.emplace_back(record);
         break;
       }
       case InputsKind::Single:
-      case InputsKind::Positional: stack.insert(stack.end(), inputs.begin(), inputs.end()); break;
+      case InputsKind::Positional: args = inputs; break;
     }
-    method.function().getSchema().checkAndNormalizeInputs(stack, kwargs);
-    at::NoGradGuard no_grad;
-    c10::IValue out = localizer_->run(std::move(stack), req);
-    return localizer_->result(prediction(out), req);
+    return {std::move(args), std::move(kwargs)};
   }
 
   std::vector<at::Tensor> save_buffers() override {
@@ -97,21 +105,8 @@ class TorchScriptRunner : public ModelRunner {
   }
 
   c10::IValue forward(const std::vector<c10::IValue>& inputs) override {
-    switch (kind_) {
-      case InputsKind::Named: {
-        torch::jit::Kwargs kwargs;
-        for (std::size_t k = 0; k < inputs.size(); ++k) kwargs.emplace(args_[k], inputs[k]);
-        return module_.get_method("forward")(std::vector<c10::IValue>{}, kwargs);
-      }
-      case InputsKind::Record: {
-        c10::Dict<std::string, at::Tensor> record;
-        for (std::size_t k = 0; k < inputs.size(); ++k) record.insert(fields_[k], inputs[k].toTensor());
-        return module_.forward({record});
-      }
-      case InputsKind::Single:
-      case InputsKind::Positional: break;
-    }
-    return module_.forward(inputs);
+    auto [args, kwargs] = call_args(inputs);
+    return module_.get_method("forward")(std::move(args), kwargs);
   }
   const ModelInfo& info() const override { return info_; }
   const std::vector<std::pair<std::string, at::Tensor>>& parameters() const override { return params_; }

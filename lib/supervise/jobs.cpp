@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -43,6 +44,12 @@ uint64_t proc_kb(const std::string& file, const std::string& key) {
   return 0;
 }
 
+uint64_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<uint64_t>(n);
+}
+
 struct Job {
   ScanCommand cmd;
   ScanSettings settings;
@@ -59,7 +66,8 @@ class Jobs {
  public:
   Jobs(const ScanCommand& cmd, const Config& cfg, std::ostream& err, const SupervisorOptions& opt)
       : cmd_(cmd), cfg_(cfg), err_(err), opt_(opt), cores_(usable_cores()),
-        threads_(cmd.threads ? *cmd.threads : cores_) {}
+        threads_(cmd.threads ? *cmd.threads : cores_),
+        max_jobs_(auto_max_jobs(threads_, file_bytes(cfg.model.path), proc_kb("/proc/meminfo", "MemAvailable"))) {}
   ~Jobs() {
     abort_jobs_if_running();
     for (auto& j : jobs_) {
@@ -85,7 +93,7 @@ class Jobs {
   const Config& cfg_;
   std::ostream& err_;
   const SupervisorOptions& opt_;
-  const uint64_t cores_, threads_;
+  const uint64_t cores_, threads_, max_jobs_;
   std::vector<std::unique_ptr<Job>> jobs_;
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.
@@ -105,7 +113,7 @@ void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResum
   j.cmd.output_path.reset();  // the parent writes the report and its views
   j.cmd.views = {};
   // Every process of a scan has the same share, whatever the default decides.
-  j.cmd.threads = threads_per_job(threads_, cmd_.jobs ? count : auto_max_jobs(threads_));
+  j.cmd.threads = threads_per_job(threads_, cmd_.jobs ? count : max_jobs_);
   if (!j.agg) {
     j.settings = scan_settings(j.cmd);
     j.settings.progress = false;
@@ -146,7 +154,7 @@ void Jobs::measure(Clock::time_point now) {
   deciding_ = false;
   JobsMeasure m;
   m.cpu = j0.agg->scan_start().device == "cpu";
-  m.max_jobs = auto_max_jobs(threads_);
+  m.max_jobs = max_jobs_;
   m.startup_seconds = std::chrono::duration<double>(*first_at_ - t0_).count();
   m.step_seconds = wall / static_cast<double>(done - first_done_);
   const uint64_t total = j0.agg->steps_total();
@@ -170,8 +178,13 @@ void Jobs::split(uint64_t count) {
   resume.skip = a.ended_above();
   resume.largest_ok_batch = a.largest_ok_batch();
   const uint64_t from = resume.start_step;
+  // Steps job 0 already ended above `from` (after a crash) are job 0's: another job that
+  // replays one again is ignored by the merge (job 0's lines come first), and its own
+  // watermark does not stall on a step it was told to skip.
+  ReplayResume others = resume;
+  others.skip.clear();
   jobs_.resize(count);
-  for (std::size_t k = 0; k < count; ++k) start(k, count, from, resume);
+  for (std::size_t k = 0; k < count; ++k) start(k, count, from, k == 0 ? resume : others);
 }
 
 void Jobs::draw(bool final) {
@@ -243,7 +256,8 @@ ScanOutcome Jobs::run(std::ostream& out) {
   std::vector<std::string> notes;
   ScanEnd end;
   for (const auto& j : jobs_) {
-    for (const auto& [step, lines] : j->agg->step_log()) steps.emplace(step, StepLines{&lines, &from});
+    for (const auto& [step, lines] : j->agg->step_log().lines()) steps.emplace(step, StepLines{&lines, &from, nullptr});
+    for (const auto& [step, clean] : j->agg->step_log().cleans()) steps.emplace(step, StepLines{nullptr, &from, &clean});
     for (const auto& n : j->agg->notes()) {
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
     }
