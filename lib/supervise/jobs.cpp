@@ -65,8 +65,7 @@ struct Job {
 class Jobs {
  public:
   Jobs(const ScanCommand& cmd, const Config& cfg, std::ostream& err, const SupervisorOptions& opt)
-      : cmd_(cmd), cfg_(cfg), err_(err), opt_(opt), cores_(usable_cores()),
-        threads_(cmd.threads ? *cmd.threads : cores_),
+      : cmd_(cmd), cfg_(cfg), err_(err), opt_(opt), threads_(cmd.threads ? *cmd.threads : usable_cores()),
         max_jobs_(auto_max_jobs(threads_, file_bytes(cfg.model.path), proc_kb("/proc/meminfo", "MemAvailable"))) {}
   ~Jobs() {
     abort_jobs_if_running();
@@ -93,7 +92,7 @@ class Jobs {
   const Config& cfg_;
   std::ostream& err_;
   const SupervisorOptions& opt_;
-  const uint64_t cores_, threads_, max_jobs_;
+  const uint64_t threads_, max_jobs_;
   std::vector<std::unique_ptr<Job>> jobs_;
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.

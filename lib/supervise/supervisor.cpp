@@ -281,17 +281,9 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
       if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
       throw std::runtime_error(e.error->what);
     }
-    if (g_abort) {
-      agg.abandon_open_steps();
-      out.end.complete = false;
-      return out;
-    }
-    if (g_signal && !agg.started()) {
-      out.loaded = false;
-      out.end.complete = false;
-      return out;
-    }
-    if (g_signal) {
+    if (g_abort || g_signal) {
+      // Another job failed, or SIGINT/SIGTERM: the steps that ended stand, the open one does not.
+      out.loaded = agg.started();
       agg.abandon_open_steps();
       out.end.complete = false;
       return out;
