@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/errors.h"
+#include "core/clean_rows.h"
 #include "core/shard.h"
 
 using namespace batchcheck;
@@ -109,7 +110,54 @@ TEST(StepLog, KeepsShapesOnTheLowestAndHighestStepOnly) {
   ASSERT_EQ(log.lines().at(5).size(), 3u);
   EXPECT_EQ(log.lines().at(5)[0]["e"], "begin");
   EXPECT_EQ(log.lines().at(5)[1]["e"], "end");
-  std::vector<uint64_t> order;
-  for (const auto& [step, lines] : log.all_lines()) order.push_back(step);
-  EXPECT_EQ(order, (std::vector<uint64_t>{0, 1, 3, 5, 9, 12}));
+}
+
+TEST(CleanRows, RoundTripExactly) {
+  CleanStep a;
+  a.at = StepInfo{7, 1, 3, false, 16};
+  a.forward_ok = true;
+  a.stats = BatchStats{-0.1, 1e-300, 0, 0.6931471805599453, false, 0.0, 1.0};
+  CleanStep b;  // a probe: no rank or batch, no statistics
+  b.at = StepInfo{90, std::nullopt, std::nullopt, true, 1};
+  CleanStep c;  // statistics with nothing finite
+  c.at = StepInfo{8, 0, 4, false, 3};
+  c.stats = BatchStats{std::nullopt, std::nullopt, 12, std::nullopt, true, std::nullopt, std::nullopt};
+  const std::string rows = encode_clean_rows({&a, &b, &c});
+  EXPECT_EQ(rows,
+            "7 1 3 0 16 1 -0.1 1e-300 0 0.6931471805599453 0 0 1\n"
+            "90 - - 1 1 0 - - - - - - -\n"
+            "8 0 4 0 3 0 - - 12 - 1 - -\n");
+  const std::vector<CleanStep> back = decode_clean_rows(rows, "p.json");
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(encode_clean_rows({&back[0], &back[1], &back[2]}), rows);
+  EXPECT_EQ(back[0].stats->loss, 0.6931471805599453);
+  EXPECT_EQ(back[0].stats->pred_max, 1e-300);
+  EXPECT_FALSE(back[1].at.rank);
+  EXPECT_TRUE(back[1].at.probe);
+  EXPECT_FALSE(back[1].stats);
+  EXPECT_TRUE(back[2].stats->loss_nonfinite);
+}
+
+TEST(CleanRows, AnEditedRowIsNamed) {
+  auto error_of = [](const std::string& rows) {
+    try {
+      decode_clean_rows(rows, "p.json");
+    } catch (const InputError& e) {
+      return e.file() + ": " + e.where() + ": " + e.detail();
+    }
+    return std::string();
+  };
+  const std::string good = "7 1 3 0 16 1 -0.1 0.9 0 0.69 0 0 1\n";
+  EXPECT_EQ(error_of(good), "");
+  EXPECT_EQ(error_of(good + "8 1 4 0 16 1 x 0.9 0 0.69 0 0 1\n"),
+            "p.json: clean: row 2: \"x\" is not a number: the part was edited or truncated");
+  EXPECT_EQ(error_of("7 1 3 0 16 1 -0.1 0.9 0 0.69\n"), "p.json: clean: row 1: fewer than 13 fields: the part was edited or truncated");
+  EXPECT_EQ(error_of("7 1 3 0 16 1 -0.1 0.9 0 0.69 0 0 1 5\n"),
+            "p.json: clean: row 1: more than 13 fields: the part was edited or truncated");
+  EXPECT_EQ(error_of("7 1 3 2 16 1 -0.1 0.9 0 0.69 0 0 1\n"), "p.json: clean: row 1: a flag of 2: the part was edited or truncated");
+  EXPECT_EQ(error_of("7 1 3 0 16 1 -0.1 0.9 - 0.69 0 0 1\n"),
+            "p.json: clean: row 1: statistics in part: the part was edited or truncated");
+  EXPECT_EQ(error_of("7 1 3 0 16 1 -0.1 0.9 0 0.69 0 0 1"), "p.json: clean: row 1: no end of line: the part was edited or truncated");
+  EXPECT_EQ(error_of("- 1 3 0 16 1 -0.1 0.9 0 0.69 0 0 1\n"), "p.json: clean: row 1: a missing count: the part was edited or truncated");
+  EXPECT_EQ(error_of("7  1 3 0 16 1 -0.1 0.9 0 0.69 0 0 1\n"), "p.json: clean: row 1: an empty field: the part was edited or truncated");
 }

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli.h"
+#include "core/clean_rows.h"
 #include "test_helpers.h"
 
 using namespace batchcheck;
@@ -95,6 +97,45 @@ TEST(Shards, PartsOfAnotherSetupAreRefused) {
   CliRun no_o = cli({"scan", a, "--shard", "0/2"});
   EXPECT_EQ(no_o.err, "batchcheck: error: --shard: a shard writes a partial report: give -o PART.json ({shard} in the path "
                       "becomes the shard's index)\n");
+}
+
+// Parts keep their clean batches as compact rows. A part laid out again (pretty-printed) or
+// written by the first version (every batch as journal lines) merges all the same; an edited
+// row is named.
+TEST(Shards, PartsReadAsWrittenReformattedOrOlder) {
+  TempDir dir("shards-rows");
+  const std::string cfg = sample_config_in(dir, "segmentation_tail.json");
+  ASSERT_EQ(cli({"scan", cfg, "-q", "-o", dir.file("whole.json")}).code, 1);
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(cli({"scan", cfg, "--shard", std::to_string(k) + "/3", "-q", "-o", dir.file("part-{shard}.json")}).code, 0);
+  }
+  nlohmann::ordered_json pretty = nlohmann::ordered_json::parse(slurp(dir.file("part-1.json")));
+  ASSERT_FALSE(pretty["clean"]["rows"].get<std::string>().empty());
+  std::ofstream(dir.file("part-1.json")) << pretty.dump(2) << "\n";
+  // Version 1: the rows as journal lines, in step order.
+  nlohmann::ordered_json old = nlohmann::ordered_json::parse(slurp(dir.file("part-2.json")));
+  std::map<uint64_t, nlohmann::ordered_json> by_step;
+  for (const auto& st : old["steps"]) by_step[st["step"].get<uint64_t>()] = st;
+  for (const CleanStep& c : decode_clean_rows(old["clean"]["rows"].get<std::string>(), "part-2")) {
+    by_step[c.at.step] = {{"step", c.at.step}, {"lines", clean_step_lines(c)}};
+  }
+  old["batchcheck_partial"] = 1;
+  old["steps"] = nlohmann::ordered_json::array();
+  for (auto& [step, st] : by_step) old["steps"].push_back(st);
+  old.erase("clean");
+  std::ofstream(dir.file("part-2.json")) << old.dump();
+  const std::vector<std::string> merge{"merge", dir.file("part-0.json"), dir.file("part-1.json"), dir.file("part-2.json"), "-q",
+                                       "-o", dir.file("merged.json")};
+  EXPECT_EQ(cli(merge).code, 1);
+  EXPECT_EQ(slurp(dir.file("merged.json")), slurp(dir.file("whole.json")));
+
+  std::string edited = slurp(dir.file("part-0.json"));
+  const auto row = edited.find("\"rows\":\"") + 8;
+  edited.replace(edited.find(' ', row), 1, " x");  // the rank: "x0"
+  std::ofstream(dir.file("part-0.json")) << edited;
+  CliRun bad = cli(merge);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "batchcheck: error: " + dir.file("part-0.json") + ": clean: row 1: \"x0\" is not a count: the part was edited or truncated\n");
 }
 
 // torchrun starts two processes of the real binary (--no_python); each reads RANK and

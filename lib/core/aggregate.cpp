@@ -78,16 +78,23 @@ void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) {
 void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
 
 void Aggregator::end(const StepEnd& e) {
+  auto open = open_.find(e.step);
+  ended(open == open_.end() ? nullptr : &open->second.first, e);
+  if (open != open_.end()) open_.erase(open);
+}
+
+void Aggregator::clean_step(const StepInfo& at, const StepEnd& e) { ended(&at, e); }
+
+void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
   if (journal_) {
     // A part of a scan keeps each step's committed journal for joining (core/step_log.h).
-    auto o = open_.find(e.step);
     auto p = pending_.find(e.step);
-    if (o != open_.end() && (p == pending_.end() || p->second.empty())) {
-      step_log_.clean(o->second.first, e);
+    if (at && (p == pending_.end() || p->second.empty())) {
+      step_log_.clean(*at, e);
     } else {
       // Without its indices: the records carry the samples they name, and a committed step
       // is never failed again.
-      if (o != open_.end()) journal_->begin(o->second.first, {});
+      if (at) journal_->begin(*at, {});
       if (p != pending_.end()) {
         for (const auto& r : p->second) journal_->record(RecordEvent(r));
       }
@@ -112,14 +119,13 @@ void Aggregator::end(const StepEnd& e) {
     }
     pending_.erase(it);
   }
-  auto open = open_.find(e.step);
-  const bool probe = open != open_.end() && open->second.first.probe;
-  if (open != open_.end()) {
-    const StepInfo& at = open->second.first;
-    if (!probe && at.batch && e.step < start_.replay_steps) series_.add(e.step, *at.batch, e.size, e.stats, worst);
-    open_.erase(open);
+  const bool probe = at && at->probe;
+  if (at && !probe && at->batch && e.step < start_.replay_steps) series_.add(e.step, *at->batch, e.size, e.stats, worst);
+  if (e.step == watermark_) {
+    ++watermark_;  // in order, as most steps end
+  } else {
+    ended_above_.insert(e.step);
   }
-  ended_above_.insert(e.step);
   advance_watermark();
   if (e.forward_ok) largest_ok_ = std::max(largest_ok_, e.size);
   if (e.shapes) {
@@ -491,8 +497,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   }
   r["notes"] = notes;
   if (settings_.shard) {
-    const std::vector<std::pair<uint64_t, nlohmann::ordered_json>> steps = step_log_.all_lines();
-    result.partial = make_partial(cfg_, *settings_.shard, start_line_, steps, extra_notes_, end);
+    result.partial = make_partial(cfg_, *settings_.shard, start_line_, step_log_, extra_notes_, end);
     result.partial["config"]["edges"] = settings_.edges;
     result.partial["config"]["max_batches"] = cfg_.checks.max_batches;
   }

@@ -40,6 +40,8 @@ class Aggregator : public ScanSink {
   void begin(const StepInfo& s, const std::vector<int64_t>& indices) override;
   void record(RecordEvent&& r) override;
   void end(const StepEnd& e) override;
+  // begin and end of a step without findings (a part's compact step, core/step_log.h).
+  void clean_step(const StepInfo& at, const StepEnd& e);
   void localizing(const StepInfo& s) override { localizing_ = s; }
   void cause(CauseEvent&& c) override;
   void finish(const ScanEnd& e) override;
@@ -78,6 +80,7 @@ class Aggregator : public ScanSink {
   ScanResult result(const ScanEnd& end);
 
  private:
+  void ended(const StepInfo* at, const StepEnd& e);  // `at`: as begun (null: never begun)
   void commit(const RecordEvent& r);
   void advance_watermark();
   void log_step(uint64_t step);

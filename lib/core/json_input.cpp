@@ -73,6 +73,8 @@ J parse_text_as(const std::string& display_path, const std::string& text) {
   }
 }
 
+}  // namespace
+
 std::string read_text_file(const std::string& display_path, const std::string& fs_path) {
   require_regular_file(display_path, fs_path, "a JSON file");
   std::ifstream in(fs_path, std::ios::binary);
@@ -83,8 +85,6 @@ std::string read_text_file(const std::string& display_path, const std::string& f
   return std::move(buf).str();
 }
 
-}  // namespace
-
 json parse_json_text(const std::string& display_path, const std::string& text) {
   return parse_text_as<json>(display_path, text);
 }
@@ -93,8 +93,12 @@ json read_json_file(const std::string& display_path, const std::string& fs_path)
   return parse_json_text(display_path, read_text_file(display_path, fs_path));
 }
 
+nlohmann::ordered_json parse_ordered_json_text(const std::string& display_path, const std::string& text) {
+  return parse_text_as<nlohmann::ordered_json>(display_path, text);
+}
+
 nlohmann::ordered_json read_ordered_json_file(const std::string& display_path, const std::string& fs_path) {
-  return parse_text_as<nlohmann::ordered_json>(display_path, read_text_file(display_path, fs_path));
+  return parse_ordered_json_text(display_path, read_text_file(display_path, fs_path));
 }
 
 std::string describe_json(const json& v) {

@@ -11,11 +11,14 @@
 
 namespace batchcheck {
 
+// A file's bytes (InputError when it is missing, not a regular file or unreadable).
+std::string read_text_file(const std::string& display_path, const std::string& fs_path);
 // Reads and parses a JSON file. display_path is how errors name the file.
 nlohmann::json read_json_file(const std::string& display_path, const std::string& fs_path);
 // Parses text; syntax errors become InputError(display_path, "line:column", ...).
 nlohmann::json parse_json_text(const std::string& display_path, const std::string& text);
-// read_json_file keeping the keys' order (a report or a partial report, printed again as written).
+// parse_json_text and read_json_file keeping the keys' order (a report or a partial report, printed again as written).
+nlohmann::ordered_json parse_ordered_json_text(const std::string& display_path, const std::string& text);
 nlohmann::ordered_json read_ordered_json_file(const std::string& display_path, const std::string& fs_path);
 
 // `"8"`, `8.5`, `true`, `null`, `an array`, `an object`: for "expected X, got Y".

@@ -1,5 +1,9 @@
 #include "core/shard.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +11,7 @@
 #include <set>
 
 #include "core/aggregate.h"
+#include "core/clean_rows.h"
 #include "core/errors.h"
 #include "core/journal.h"
 #include "core/json_input.h"
@@ -18,7 +23,8 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr int kPartialVersion = 1;
+// 2: clean steps as rows ("clean"); 1 (every step as journal lines) is still read.
+constexpr int kPartialVersion = 2;
 
 std::optional<uint64_t> number(const char* text) {
   if (!text || !*text) return std::nullopt;
@@ -177,9 +183,8 @@ json scan_identity(const std::string& config_text, const std::vector<std::string
   return {{"config", config.hex()}, {"model", model.hex()}, {"data", data.hex()}};
 }
 
-json make_partial(const Config& cfg, const Shard& shard, const json& start,
-                  const std::vector<std::pair<uint64_t, json>>& steps, const std::vector<std::string>& notes,
-                  const ScanEnd& end) {
+json make_partial(const Config& cfg, const Shard& shard, const json& start, const StepLog& log,
+                  const std::vector<std::string>& notes, const ScanEnd& end) {
   std::vector<std::string> data;
   for (const auto& f : {cfg.data.path, cfg.data.inputs, cfg.data.targets}) {
     if (!f.empty()) data.push_back(f);
@@ -200,14 +205,24 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start,
   j["notes"] = notes;
   j["start"] = start;
   json s = json::array();
-  for (const auto& [step, lines] : steps) s.push_back({{"step", step}, {"lines", lines}});
+  std::vector<const CleanStep*> rows;
+  auto l = log.lines().begin();
+  for (const auto& [step, c] : log.cleans()) {
+    for (; l != log.lines().end() && l->first < step; ++l) s.push_back({{"step", l->first}, {"lines", l->second}});
+    if (c.shapes) {
+      s.push_back({{"step", step}, {"lines", clean_step_lines(c)}});
+    } else {
+      rows.push_back(&c);
+    }
+  }
+  for (; l != log.lines().end(); ++l) s.push_back({{"step", l->first}, {"lines", l->second}});
   j["steps"] = s;
+  j["clean"] = {{"columns", kCleanColumns}, {"rows", encode_clean_rows(rows)}};
   return j;
 }
 
 ScanResult join_steps(Aggregator& agg, const json& start, const std::string& start_from,
-                      const std::map<uint64_t, StepLines>& steps, const std::vector<std::string>& notes,
-                      const ScanEnd& end) {
+                      const JoinedSteps& steps, const std::vector<std::string>& notes, const ScanEnd& end) {
   auto apply = [&](const json& line, const std::string& from) {
     if (apply_journal_json(line, agg).kind == JournalLine::Kind::Malformed) {
       throw InputError(from, "steps", "a malformed journal line: the part was edited or truncated");
@@ -217,8 +232,7 @@ ScanResult join_steps(Aggregator& agg, const json& start, const std::string& sta
   // In step order, as one process would have told them.
   for (const auto& [step, lines] : steps) {
     if (lines.clean) {
-      agg.begin(lines.clean->at, {});
-      agg.end(lines.clean->end());
+      agg.clean_step(lines.clean->at, lines.clean->end());
       continue;
     }
     for (const json& line : *lines.lines) apply(line, *lines.from);
@@ -228,32 +242,77 @@ ScanResult join_steps(Aggregator& agg, const json& start, const std::string& sta
   return agg.result(end);
 }
 
+namespace {
+
+struct Part {
+  std::string path;
+  json j;
+  uint64_t index = 0;
+  std::vector<CleanStep> clean;  // decoded rows
+};
+
+Part load_part(const std::string& path) {
+  Part p{path, json(), 0, {}};
+  std::string text = read_text_file(path, path);
+  const std::optional<std::string> rows = take_clean_rows(text);
+  // Keeping the key order: the merged report prints as the whole scan's did.
+  p.j = parse_ordered_json_text(path, text);
+  const json version = p.j.is_object() ? p.j.value("batchcheck_partial", json()) : json();
+  if (version != 1 && version != kPartialVersion) {
+    throw InputError(path, "", "not a partial report of batchcheck scan --shard (a full report needs no merge)");
+  }
+  try {
+    p.index = part_field(p.j, "shard", path).at("index").get<uint64_t>();
+    if (p.j.contains("clean")) {
+      const json& clean = p.j.at("clean");
+      if (clean.at("columns") != kCleanColumns) {
+        throw InputError(path, "clean", "columns \"" + clean.at("columns").get<std::string>() +
+                                            "\" are not this batchcheck's: merge with the version that scanned");
+      }
+      p.clean = rows ? decode_clean_rows(*rows, path, true) : decode_clean_rows(clean.at("rows").get<std::string>(), path);
+    }
+  } catch (const json::exception&) {
+    throw InputError(path, "shard", "malformed: not a partial report of batchcheck scan --shard");
+  }
+  return p;
+}
+
+// Parts are read on every core (reading is most of a large merge); the first bad part in the
+// order given is the one reported, whichever thread met it first.
+std::vector<Part> load_parts(const std::vector<std::string>& paths) {
+  std::vector<Part> parts(paths.size());
+  std::vector<std::exception_ptr> errors(paths.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next++) < paths.size();) {
+      try {
+        parts[i] = load_part(paths[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return parts;
+}
+
+}  // namespace
+
 ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
   if (in.parts.empty()) throw InputError("", "merge", "no partial reports given (batchcheck merge PART... -o REPORT.json)");
-  struct Part {
-    std::string path;
-    json j;
-    uint64_t index = 0;
-  };
-  std::vector<Part> parts;
-  for (const auto& path : in.parts) {
-    // Keeping the key order: the merged report prints as the whole scan's did.
-    Part p{path, read_ordered_json_file(path, path), 0};
-    if (!p.j.is_object() || p.j.value("batchcheck_partial", json()) != kPartialVersion) {
-      throw InputError(path, "", "not a partial report of batchcheck scan --shard (a full report needs no merge)");
-    }
-    try {
-      p.index = part_field(p.j, "shard", path).at("index").get<uint64_t>();
-    } catch (const json::exception&) {
-      throw InputError(path, "shard", "malformed: not a partial report of batchcheck scan --shard");
-    }
-    parts.push_back(std::move(p));
-  }
+  std::vector<Part> parts = load_parts(in.parts);
   try {
     const uint64_t count = parts.front().j.at("shard").at("count").get<uint64_t>();
     const json& identity = part_field(parts.front().j, "identity", parts.front().path);
-    std::map<uint64_t, const Part*> by_index;
-    for (const Part& p : parts) {
+    std::map<uint64_t, Part*> by_index;
+    for (Part& p : parts) {
       const uint64_t n = p.j.at("shard").at("count").get<uint64_t>();
       if (n != count) {
         throw InputError(p.path, "shard", "is one of " + std::to_string(n) + " shards, but " + parts.front().path + " is one of " +
@@ -291,20 +350,21 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
     Aggregator agg(cfg, settings, log);
     const uint64_t replay_steps = first.at("start").at("replay_steps").get<uint64_t>();
 
-    std::map<uint64_t, StepLines> steps;
+    JoinedSteps steps;
     ScanEnd end;
     std::vector<std::string> notes;
-    for (const auto& [k, p] : by_index) {
+    for (auto& [k, p] : by_index) {
       uint64_t covered = 0;
-      for (const json& s : p->j.at("steps")) {
-        const uint64_t step = s.at("step").get<uint64_t>();
+      auto take = [&, k = k, p = p](uint64_t step, const StepLines& lines) {
         const bool probe = step >= replay_steps;
         if ((probe && k != 0) || (!probe && step % count != k)) {
           throw InputError(p->path, "steps", "step " + std::to_string(step) + " is not shard " + std::to_string(k) + "'s");
         }
         if (!probe) ++covered;
-        steps.emplace(step, StepLines{&s.at("lines"), &p->path, nullptr});
-      }
+        steps.emplace_back(step, lines);
+      };
+      for (const json& s : p->j.at("steps")) take(s.at("step").get<uint64_t>(), StepLines{&s.at("lines"), &p->path, nullptr});
+      for (const CleanStep& r : p->clean) take(r.at.step, StepLines{nullptr, &p->path, &r});
       const uint64_t expected = replay_steps > k ? (replay_steps - k + count - 1) / count : 0;
       const bool complete = p->j.at("complete").get<bool>();
       if (complete && covered != expected) {
@@ -317,6 +377,12 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
       for (const auto& n : p->j.at("notes")) {
         const std::string text = n.get<std::string>();
         if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
+      }
+    }
+    std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 1; i < steps.size(); ++i) {
+      if (steps[i].first == steps[i - 1].first) {
+        throw InputError(*steps[i].second.from, "steps", "step " + std::to_string(steps[i].first) + " is given twice: the part was edited");
       }
     }
     return join_steps(agg, first.at("start"), by_index.at(0)->path, steps, notes, end);

@@ -40,10 +40,11 @@ nlohmann::ordered_json scan_identity(const std::string& config_text, const std::
                                      const std::vector<std::string>& data_files);
 
 // The partial report of a shard's scan: the setup's identity, the config as written, the
-// scan's start and every step's committed journal lines, its notes and how it ended.
+// scan's start, the committed journal lines of the steps with findings (and of the two whose
+// shapes the report shows), the other steps as compact rows (core/clean_rows.h), its notes
+// and how it ended.
 nlohmann::ordered_json make_partial(const Config& cfg, const Shard& shard, const nlohmann::ordered_json& start,
-                                    const std::vector<std::pair<uint64_t, nlohmann::ordered_json>>& steps,
-                                    const std::vector<std::string>& notes, const ScanEnd& end);
+                                    const StepLog& log, const std::vector<std::string>& notes, const ScanEnd& end);
 
 // One step's committed journal lines (or, from a part in memory, the step kept compact), and
 // the part they come from (for the error).
@@ -52,12 +53,12 @@ struct StepLines {
   const std::string* from = nullptr;
   const CleanStep* clean = nullptr;
 };
-// The report one process would have built: `start`, then every step's lines in step order,
-// the parts' notes and how they ended, told to `agg`. Throws InputError(from, "steps", ...)
-// at a malformed line.
+using JoinedSteps = std::vector<std::pair<uint64_t, StepLines>>;
+// The report one process would have built: `start`, then every step's lines (`steps` sorted
+// by step, each once), the parts' notes and how they ended, told to `agg`. Throws
+// InputError(from, "steps", ...) at a malformed line.
 ScanResult join_steps(Aggregator& agg, const nlohmann::ordered_json& start, const std::string& start_from,
-                      const std::map<uint64_t, StepLines>& steps, const std::vector<std::string>& notes,
-                      const ScanEnd& end);
+                      const JoinedSteps& steps, const std::vector<std::string>& notes, const ScanEnd& end);
 
 // `batchcheck merge PART... -o REPORT`: the parts checked and merged. Throws InputError
 // naming a part that is unreadable, foreign, from another setup, a shard given twice or a

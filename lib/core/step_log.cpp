@@ -61,20 +61,4 @@ nlohmann::ordered_json& StepLog::lines(uint64_t step) {
   return it->second;
 }
 
-std::vector<std::pair<uint64_t, nlohmann::ordered_json>> StepLog::all_lines() const {
-  std::vector<std::pair<uint64_t, nlohmann::ordered_json>> out;
-  auto l = lines_.begin();
-  auto c = clean_.begin();
-  while (l != lines_.end() || c != clean_.end()) {
-    if (c == clean_.end() || (l != lines_.end() && l->first < c->first)) {
-      out.emplace_back(l->first, l->second);
-      ++l;
-    } else {
-      out.emplace_back(c->first, clean_step_lines(c->second));
-      ++c;
-    }
-  }
-  return out;
-}
-
 }  // namespace batchcheck

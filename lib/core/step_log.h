@@ -32,8 +32,6 @@ class StepLog {
   nlohmann::ordered_json& lines(uint64_t step);
   const std::map<uint64_t, CleanStep>& cleans() const { return clean_; }
   const std::map<uint64_t, nlohmann::ordered_json>& lines() const { return lines_; }
-  // Every step in order, as journal lines (a partial report's).
-  std::vector<std::pair<uint64_t, nlohmann::ordered_json>> all_lines() const;
 
  private:
   std::map<uint64_t, CleanStep> clean_;

@@ -251,12 +251,12 @@ ScanOutcome Jobs::run(std::ostream& out) {
   }
   // The whole scan: every job's committed steps in step order, as one child would tell them.
   const std::string from = Shard::kJobsSource;
-  std::map<uint64_t, StepLines> steps;
+  JoinedSteps steps;
   std::vector<std::string> notes;
   ScanEnd end;
   for (const auto& j : jobs_) {
-    for (const auto& [step, lines] : j->agg->step_log().lines()) steps.emplace(step, StepLines{&lines, &from, nullptr});
-    for (const auto& [step, clean] : j->agg->step_log().cleans()) steps.emplace(step, StepLines{nullptr, &from, &clean});
+    for (const auto& [step, lines] : j->agg->step_log().lines()) steps.emplace_back(step, StepLines{&lines, &from, nullptr});
+    for (const auto& [step, clean] : j->agg->step_log().cleans()) steps.emplace_back(step, StepLines{nullptr, &from, &clean});
     for (const auto& n : j->agg->notes()) {
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
     }
@@ -264,6 +264,9 @@ ScanOutcome Jobs::run(std::ostream& out) {
     end.device_lost = end.device_lost || j->result.end.device_lost;
     end.stopped_at_error = end.stopped_at_error || j->result.end.stopped_at_error;
   }
+  // Each step once, the first job's that committed it.
+  std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  steps.erase(std::unique(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first == b.first; }), steps.end());
   draw(true);
   ScanSettings settings = scan_settings(cmd_);
   settings.progress = false;
