@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--no-python", action="store_true", help="skip program (c)")
     ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling curve (issue 15)")
     ap.add_argument("--merge-scale", action="store_true",
-                    help="also time `merge` of 100 partial reports of 10^4 batches each (writes ~315 MB to --data)")
+                    help="also time `merge` of 100 partial reports of 10^4 batches each (writes ~86 MB to --data)")
     args = ap.parse_args()
 
     scan = os.path.join(args.build, "app", "batchcheck")

@@ -52,3 +52,29 @@ TEST(Cuda, SeedCasesFindTheSameBatchesOnTheDevice) {
     EXPECT_FALSE(error_rows(reports[1]).empty()) << name;
   }
 }
+
+// The build links libtorch_cpu only (cmake/TorchCpu.cmake): a scan on the CPU never maps
+// LibTorch's CUDA libraries, and one that asks for a CUDA device loads them first, before
+// LibTorch settles its CUDA hooks, with the kernels registered. ctest runs each test in a
+// process of its own, which is what these need.
+TEST(CudaLibrary, ACpuScanNeverLoadsIt) {
+  if (cuda_library_loaded()) GTEST_SKIP() << "an earlier test in this process loaded it (ctest runs each test alone)";
+  test_util::TempDir dir("cuda-lib");
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json", "-q", "-o", dir.file("r.json")}, out, err), 0)
+      << err.str();
+  EXPECT_FALSE(cuda_library_loaded());
+}
+
+TEST(CudaLibrary, AutoLoadsItAndFallsBackToTheCpu) {
+  test_util::TempDir dir("cuda-auto");
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json", "--device", "auto", "-q", "-o", dir.file("r.json")},
+                    out, err),
+            0)
+      << err.str();
+  // Loaded (where this LibTorch has CUDA), with its kernels and hooks registered.
+  EXPECT_EQ(load_cuda_library(), "");
+  const Json report = Json::parse(test_util::slurp(dir.file("r.json")));
+  EXPECT_EQ(report["device"], cuda_device_visible() ? "cuda:0" : "cpu");
+}

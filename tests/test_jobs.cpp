@@ -34,10 +34,12 @@ TEST(Jobs, ALongScanSplitsOverTheThreads) {
 
 TEST(Jobs, AShortRestStaysOneJob) {
   JobsMeasure m = long_cpu_scan();
-  m.remaining_steps = 140;  // 1.4 s: less than 3 start-ups
+  m.remaining_steps = 90;  // 0.9 s: less than 2 start-ups
   JobsDecision d = decide_jobs(m);
   EXPECT_EQ(d.jobs, 1u);
-  EXPECT_EQ(d.why, "140 steps left (1.4 s, 0.5 s per start-up): one job, another would not pay for its start-up");
+  EXPECT_EQ(d.why, "90 steps left (0.9 s, 0.5 s per start-up): one job, another would not pay for its start-up");
+  m.remaining_steps = 110;  // 1.1 s: two jobs take 0.5 + 0.6 / 2 = 0.8 s
+  EXPECT_EQ(decide_jobs(m).jobs, 2u);
 }
 
 TEST(Jobs, MemoryBoundsTheJobs) {

@@ -35,6 +35,7 @@ nlohmann::ordered_json shapes_json(const BatchShapes& b) {
 Aggregator::Aggregator(const Config& cfg, const ScanSettings& settings, std::ostream& log)
     : cfg_(cfg), settings_(settings), log_(log), t0_(std::chrono::steady_clock::now()) {
   if (settings_.shard) journal_ = std::make_unique<JournalWriter>(&scratch_);
+  shard_ = settings_.shard;
 }
 
 Aggregator::~Aggregator() = default;
@@ -145,12 +146,25 @@ void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
   }
 }
 
+void Aggregator::split(uint64_t jobs, uint64_t from) {
+  shard_ = Shard{0, jobs, Shard::kJobsSource, from};
+  split_from_.store(from, std::memory_order_relaxed);
+  split_jobs_.store(jobs, std::memory_order_release);
+  advance_watermark();  // the other jobs' steps are not waited for
+}
+
+std::optional<Shard> Aggregator::split_shard() const {
+  const uint64_t jobs = split_jobs_.load(std::memory_order_acquire);
+  if (jobs == 0) return std::nullopt;
+  return Shard{0, jobs, Shard::kJobsSource, split_from_.load(std::memory_order_relaxed)};
+}
+
 void Aggregator::advance_watermark() {
   for (;;) {
     if (!ended_above_.empty() && *ended_above_.begin() == watermark_) {
       ended_above_.erase(ended_above_.begin());
       ++watermark_;
-    } else if (settings_.shard && watermark_ < start_.replay_steps && !settings_.shard->has_step(watermark_)) {
+    } else if (shard_ && watermark_ < start_.replay_steps && !shard_->has_step(watermark_)) {
       ++watermark_;  // another shard's step
     } else {
       break;
@@ -393,7 +407,7 @@ void Aggregator::progress(bool final) {
   last_draw_ = now;
   // A shard's own share of the steps.
   uint64_t total = start_.replay_steps;
-  if (const auto& s = settings_.shard) total = total > s->index ? (total - s->index + s->count - 1) / s->count : 0;
+  if (shard_) total = shard_->steps_in(total);
   log_ << progress_line(done_, total, std::chrono::duration<double>(now - t0_).count(), final) << std::flush;
 }
 

@@ -44,6 +44,7 @@ class Aggregator : public ScanSink {
   void clean_step(const StepInfo& at, const StepEnd& e);
   void localizing(const StepInfo& s) override { localizing_ = s; }
   void cause(CauseEvent&& c) override;
+  void split(uint64_t jobs, uint64_t from) override;
   void finish(const ScanEnd& e) override;
 
   // Forgets the records of steps that began but did not end (their replay died).
@@ -58,14 +59,15 @@ class Aggregator : public ScanSink {
   void fail_open_step(const std::string& id, const std::string& message, nlohmann::ordered_json evidence);
   bool started() const { return started_.load(std::memory_order_acquire); }
   const ScanStart& scan_start() const { return start_; }
-  // Goes on after a replay that finished early on request (--jobs' split): more steps follow.
-  void reopen() { finished_ = false; }
   bool finished() const { return finished_; }
   const ScanEnd& end_state() const { return end_; }
   // Where a fresh replay resumes: every step below `watermark` ended, and so did `ended_above`.
   uint64_t watermark() const { return watermark_; }
   const std::set<uint64_t>& ended_above() const { return ended_above_; }
   uint64_t largest_ok_batch() const { return largest_ok_; }
+  // The share of the steps the replay took when it split (ScanSink::split), for the other
+  // jobs and a resumed replay; read by another thread.
+  std::optional<Shard> split_shard() const;
   uint64_t steps_total() const { return start_.replay_steps; }
   // Adds a note to the report (e.g. why the scan stopped early).
   void note(const std::string& text) { extra_notes_.push_back(text); }
@@ -100,6 +102,8 @@ class Aggregator : public ScanSink {
   std::vector<std::vector<int64_t>> first_batch_;  // per finding: its first batch's indices
   std::map<uint64_t, std::pair<StepInfo, std::vector<int64_t>>> open_;  // steps begun, not ended, with their indices
   std::map<uint64_t, std::vector<RecordEvent>> pending_;  // their records
+  std::optional<Shard> shard_;                    // the replay's share (settings_.shard, then its split)
+  std::atomic<uint64_t> split_jobs_{0}, split_from_{0};
   uint64_t watermark_ = 0;                        // every step below it ended
   std::set<uint64_t> ended_above_;                // steps at or above it that ended
   std::atomic<uint64_t> done_{0};                 // replay steps ended

@@ -9,9 +9,10 @@ namespace batchcheck {
 
 namespace {
 
-// Another job pays when the rest of the scan takes this many start-ups or more: the first
-// job restarts too, to take its share, so two jobs break even at two (one more for noise).
-constexpr double kStartupsToPay = 3;
+// Another job pays when the rest of the scan takes this many start-ups or more: the first job
+// goes on while the others start, so J jobs take S + (R - S) / J of the rest R, which breaks
+// even at one start-up S (one more for noise, the memory and the parent's share of the cores).
+constexpr double kStartupsToPay = 2;
 
 std::string fixed(double v, int digits) {
   char buf[32];
@@ -24,7 +25,7 @@ std::string fixed(double v, int digits) {
 uint64_t auto_max_jobs(uint64_t threads, uint64_t model_bytes, uint64_t available_bytes) {
   uint64_t cap = std::clamp<uint64_t>(threads, 1, 8);
   if (available_bytes > 0) {
-    const double per_job = 400.0 * (1 << 20) + 4.0 * static_cast<double>(model_bytes);
+    const double per_job = 250.0 * (1 << 20) + 4.0 * static_cast<double>(model_bytes);
     cap = std::min(cap, std::max<uint64_t>(1, static_cast<uint64_t>(0.75 * static_cast<double>(available_bytes) / per_job)));
   }
   return cap;

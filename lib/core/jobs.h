@@ -6,7 +6,8 @@
 // every process the same share of the threads whatever it decides (LibTorch's reductions
 // round differently with other thread counts: the report must not depend on the decision),
 // starts one, and splits when the first job's measured steps say the rest is long enough to
-// pay for more start-ups and memory allows (pure, tested here).
+// pay for more start-ups and memory allows; the first job goes on as one of them without a
+// pause (ScanSink::split). Pure, tested here.
 #include <cstdint>
 #include <string>
 
@@ -29,7 +30,7 @@ struct JobsDecision {
 
 // The most jobs the default may split into, fixed before it starts (the threads' share follows
 // from it): one per thread of the budget, at most 8, and no more than `available_bytes` (when
-// known) holds with a quarter kept free, at LibTorch's own ~400 MB plus 4x the model file per
+// known) holds with a quarter kept free, at LibTorch's own ~250 MB plus 4x the model file per
 // job. A big model on a big machine gets fewer jobs with more threads each.
 uint64_t auto_max_jobs(uint64_t threads, uint64_t model_bytes = 0, uint64_t available_bytes = 0);
 

@@ -237,6 +237,8 @@ void JournalWriter::cause(CauseEvent&& c) {
   write({{"e", "cause"}, {"at", step_json(c.at)}, {"ids", c.ids}, {"root_cause", c.root_cause}});
 }
 
+void JournalWriter::split(uint64_t jobs, uint64_t from) { write({{"e", "split"}, {"jobs", jobs}, {"from", from}}); }
+
 void JournalWriter::finish(const ScanEnd& e) {
   write({{"e", "finish"}, {"complete", e.complete}, {"device_lost", e.device_lost}, {"stopped_at_error", e.stopped_at_error}});
 }
@@ -329,6 +331,10 @@ JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) 
       c.root_cause = j.at("root_cause");
       if (!c.root_cause.is_null() && !c.root_cause.is_object()) throw std::invalid_argument("root_cause");
       sink.cause(std::move(c));
+    } else if (e == "split") {
+      const uint64_t jobs = j.at("jobs").get<uint64_t>();
+      if (jobs < 2) throw std::invalid_argument("jobs");
+      sink.split(jobs, j.at("from").get<uint64_t>());
     } else if (e == "finish") {
       sink.finish({j.at("complete").get<bool>(), j.at("device_lost").get<bool>(), j.value("stopped_at_error", false)});
     } else if (e == "loading") {

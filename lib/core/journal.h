@@ -37,6 +37,7 @@ class JournalWriter : public ScanSink {
   void end(const StepEnd& e) override;
   void localizing(const StepInfo& s) override;
   void cause(CauseEvent&& c) override;
+  void split(uint64_t jobs, uint64_t from) override;
   void finish(const ScanEnd& e) override;
   // Which input file the child is about to read (a crash while loading names it).
   void loading(const std::string& file);

@@ -76,13 +76,13 @@ class Replayer {
   Replayer(const Config& cfg, const ScanSettings& settings, Backend& backend, ScanSink& sink, std::ostream& log,
            const ReplayResume& resume)
       : cfg_(cfg), settings_(settings), backend_(backend), sink_(sink), log_(log), resume_(resume),
-        largest_ok_batch_(resume.largest_ok_batch) {}
+        shard_(settings.shard), largest_ok_batch_(resume.largest_ok_batch) {}
 
   void run(const OrderFn& order);
 
  private:
   bool runs(uint64_t step) const {
-    if (settings_.shard && step < total_ && !settings_.shard->has_step(step)) return false;  // another shard's
+    if (shard_ && step < total_ && !shard_->has_step(step)) return false;  // another shard's
     return step >= resume_.start_step && resume_.skip.count(step) == 0;
   }
   void check_batch(const BatchContext& ctx, const std::vector<int64_t>* next = nullptr);
@@ -97,6 +97,7 @@ class Replayer {
   void localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
                 BatchView& view);
   void run_probes(uint64_t first_step, uint64_t samples);
+  void split_if_requested(std::optional<uint64_t> next_step);
   bool stop_requested() const { return device_lost_ || (settings_.stop && settings_.stop->load() != 0); }
   StepEnd step_end(const BatchContext& ctx, bool forward_ok) const;
 
@@ -106,6 +107,7 @@ class Replayer {
   ScanSink& sink_;
   std::ostream& log_;
   const ReplayResume& resume_;
+  std::optional<Shard> shard_;  // this replay's steps (settings_.shard, until it splits)
   bool backward_ = false;
   uint64_t total_ = 0;  // replay steps; the probes follow
   uint64_t largest_ok_batch_ = 0;
@@ -334,7 +336,7 @@ void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
 // as loaded from its file (no running statistics from the replay's batches).
 void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
   if (!complete_ || failing_) return;
-  if (settings_.shard && settings_.shard->index != 0) return;  // shard 0 runs them
+  if (shard_ && shard_->index != 0) return;  // shard 0 runs them
   bool reset = false;
   const auto& sizes = cfg_.checks.probe_batch_sizes;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -363,6 +365,18 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
   }
   collect_pending();
   if (stop_requested()) complete_ = false;
+}
+
+// The undecided --jobs default's first job, asked to go on as job 0 of J: it keeps the steps up
+// to the next multiple of J (the next one may be read already), then every J-th.
+void Replayer::split_if_requested(std::optional<uint64_t> next_step) {
+  if (!settings_.split || !shard_ || !shard_->job() || shard_->count != 1 || !next_step) return;
+  const int jobs = settings_.split->load();
+  if (jobs < 2) return;
+  const uint64_t j = static_cast<uint64_t>(jobs);
+  const uint64_t from = (*next_step + j - 1) / j * j;
+  shard_ = Shard{0, j, Shard::kJobsSource, from};
+  sink_.split(j, from);
 }
 
 void Replayer::run(const OrderFn& order) {
@@ -457,6 +471,7 @@ void Replayer::run(const OrderFn& order) {
            << (batch_has_error_ ? "findings" : "ok") << "\n";
     }
     if (failing_) break;
+    split_if_requested(following);
     cursor = after;
     step = following;
   }

@@ -2,6 +2,7 @@
 // The scan: replays every batch of every rank through a Backend, checks it against
 // the loss contract, aggregates findings with their fixes and builds the report.
 // Torch-free: the Backend does the tensor work.
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <optional>
@@ -27,6 +28,11 @@ struct Shard {
   std::string source;  // where it came from, for messages: "--shard", "torchrun (RANK, WORLD_SIZE)", ...
   uint64_t from = 0;   // steps below it are shard 0's
   bool has_step(uint64_t step) const { return step < from ? index == 0 : step % count == index; }
+  // How many of the steps 0..total-1 are this shard's.
+  uint64_t steps_in(uint64_t total) const {
+    const uint64_t first = from + (index + count - from % count) % count;  // the first at or past `from`
+    return (index == 0 ? std::min(from, total) : 0) + (first < total ? (total - first + count - 1) / count : 0);
+  }
   bool job() const { return source == kJobsSource; }  // merged in memory: no partial report
   static constexpr const char* kJobsSource = "--jobs";
 };
@@ -43,6 +49,9 @@ struct ScanSettings {
   std::string libtorch_version;
   // Set asynchronously (by a signal handler): stop after the current batch.
   const std::atomic<int>* stop = nullptr;
+  // Set asynchronously: the undecided --jobs default's first job goes on as job 0 of this many
+  // from its next step (rounded up to a multiple), telling its sink where (ScanSink::split).
+  const std::atomic<int>* split = nullptr;
   std::optional<Shard> shard;  // only these replay steps; the report is a partial one
 };
 

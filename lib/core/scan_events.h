@@ -89,6 +89,8 @@ class ScanSink {
   // process that dies in between died in the localizer, not in the batch.
   virtual void localizing(const StepInfo& /*s*/) {}
   virtual void cause(CauseEvent&& /*c*/) {}
+  // The replay goes on as job 0 of `jobs`: steps from `from` on are every `jobs`-th (ScanSettings::split).
+  virtual void split(uint64_t /*jobs*/, uint64_t /*from*/) {}
   virtual void finish(const ScanEnd& e) = 0;
 };
 

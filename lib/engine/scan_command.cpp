@@ -29,6 +29,7 @@ namespace batchcheck {
 namespace {
 
 std::atomic<int> g_stop{0};
+std::atomic<int> g_split{0};  // --jobs auto: go on as job 0 of this many (the supervisor's sigqueue)
 
 extern "C" void on_signal(int sig) {
   if (g_stop.exchange(sig) != 0) {
@@ -37,27 +38,41 @@ extern "C" void on_signal(int sig) {
   }
 }
 
+extern "C" void on_split(int, siginfo_t* info, void*) { g_split = info->si_value.sival_int; }
+
 class SignalScope {
  public:
-  explicit SignalScope(bool active) : active_(active) {
+  // `job`: a --jobs child, which the supervisor may ask to split (SIGUSR1 with the count).
+  SignalScope(bool active, bool job) : active_(active), job_(job) {
     g_stop = 0;
+    g_split = 0;
     if (!active_) return;
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    if (job_) {
+      struct sigaction su {};
+      su.sa_sigaction = on_split;
+      su.sa_flags = SA_SIGINFO;
+      sigemptyset(&su.sa_mask);
+      sigaction(SIGUSR1, &su, &old_usr1_);
+    }
   }
   ~SignalScope() {
     if (!active_) return;
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    if (job_) sigaction(SIGUSR1, &old_usr1_, nullptr);
   }
 
  private:
-  bool active_;
-  struct sigaction old_int_ {}, old_term_ {};
+  bool active_, job_;
+  struct sigaction old_int_ {}, old_term_ {}, old_usr1_ {};
 };
+
+bool is_job(const ScanCommand& cmd) { return cmd.shard && cmd.shard->job(); }
 
 }  // namespace
 
@@ -82,6 +97,7 @@ ScanSettings engine_settings(const ScanCommand& cmd) {
   ScanSettings settings = scan_settings(cmd);
   settings.libtorch_version = libtorch_version();
   settings.stop = &g_stop;
+  if (is_job(cmd)) settings.split = &g_split;
   return settings;
 }
 
@@ -97,7 +113,7 @@ ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream
   const ScanSettings settings = engine_settings(cmd);
   ScanResult result;
   {
-    SignalScope signals(cmd.handle_signals);
+    SignalScope signals(cmd.handle_signals, is_job(cmd));
     result = run_scan(cfg, settings, *backend, sampler_order, err);
   }
   ScanOutcome outcome;
@@ -168,6 +184,7 @@ class FaultSink : public ScanSink {
     if (fault_ && fault_->where == "localize") die_of(fault_->sig);
   }
   void cause(CauseEvent&& c) override { inner_.cause(std::move(c)); }
+  void split(uint64_t jobs, uint64_t from) override { inner_.split(jobs, from); }
   void finish(const ScanEnd& e) override { inner_.finish(e); }
 
  private:
@@ -199,7 +216,7 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
     };
     auto backend = make_torch_backend(cfg, bo);
     const ScanSettings settings = engine_settings(cmd);
-    SignalScope signals(cmd.handle_signals);
+    SignalScope signals(cmd.handle_signals, is_job(cmd));
     FaultSink sink(journal, fault);
     replay(cfg, settings, *backend, sampler_order, sink, err, req.resume);
   } catch (const InputError& e) {

@@ -428,6 +428,8 @@ class TorchBackend : public Backend {
   void pick_device() {
     std::string d = opt_.device;
     const bool wants_cuda = d == "auto" || d.rfind("cuda", 0) == 0;
+    std::string cuda_failure;
+    if (wants_cuda) cuda_failure = load_cuda_runtime();
     if (wants_cuda && opt_.sync) {
       // Must precede CUDA's initialization to take effect: errors then surface at the
       // failing kernel's call site instead of a later, unrelated one.
@@ -436,6 +438,10 @@ class TorchBackend : public Backend {
     if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
     if (d.rfind("cuda", 0) == 0) {
       if (!torch::cuda::is_available()) {
+        if (!cuda_failure.empty()) {
+          throw InputError(opt_.device_file, opt_.device_where, "\"" + opt_.device + "\" requested, but LibTorch's CUDA library does not load (" +
+                                                                    single_line(cuda_failure) + "); use --device cpu");
+        }
         throw InputError(opt_.device_file, opt_.device_where, "\"" + opt_.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
       }
       c10::Device dev(d);
@@ -579,7 +585,9 @@ class TorchBackend : public Backend {
 
 }  // namespace
 
-bool cuda_device_visible() { return torch::cuda::is_available(); }
+bool cuda_device_visible() { return load_cuda_runtime().empty() && torch::cuda::is_available(); }
+bool cuda_library_loaded() { return cuda_runtime_loaded(); }
+std::string load_cuda_library() { return load_cuda_runtime(); }
 
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options) {
   return std::make_unique<TorchBackend>(cfg, options);

@@ -26,6 +26,11 @@ struct BackendOptions {
 
 // Whether this LibTorch has CUDA and sees a GPU (the CUDA tests skip without one).
 bool cuda_device_visible();
+// LibTorch's CUDA library, which the engine loads only for a CUDA device (cmake/TorchCpu.cmake):
+// whether it is in this process, and loading it ("" when it loaded and registered its kernels
+// and hooks, or this LibTorch has none; else why not).
+bool cuda_library_loaded();
+std::string load_cuda_library();
 
 // Loads the model and opens the data. Throws InputError for unusable files.
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options);

@@ -1,12 +1,17 @@
 #include "engine/torch_util.h"
 
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
+#include <dlfcn.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <typeinfo>
 
 #include "core/errors.h"
 #include "core/files.h"
@@ -72,6 +77,46 @@ std::string describe(const c10::IValue& v) {
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+namespace {
+
+// libtorch_cuda.so beside the libtorch_cpu.so this process runs ("" when that is unknown).
+std::string cuda_library_path() {
+  Dl_info cpu{};
+  if (!::dladdr(reinterpret_cast<void*>(&at::globalContext), &cpu) || !cpu.dli_fname) return "";
+  return (std::filesystem::path(cpu.dli_fname).parent_path() / "libtorch_cuda.so").string();
+}
+
+}  // namespace
+
+bool cuda_runtime_loaded() {
+  const std::string path = cuda_library_path();
+  void* h = path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h) ::dlclose(h);
+  return h != nullptr;
+}
+
+std::string load_cuda_runtime() {
+  static const std::string failure = []() -> std::string {
+    const std::string path = cuda_library_path();
+    std::error_code ec;
+    if (path.empty() || cuda_runtime_loaded() || !std::filesystem::exists(path, ec)) return "";  // linked, or no CUDA
+    // Global: its kernels and CUDA hooks register with libtorch_cpu, and its symbols serve
+    // the libraries loaded after it.
+    if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+      const char* why = ::dlerror();
+      return why ? why : path + ": cannot load";
+    }
+    const auto add = c10::Dispatcher::singleton().findSchema({"aten::add", "Tensor"});
+    if (!add || !add->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) return path + " loaded, but registered no CUDA kernels";
+    const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
+    if (typeid(hooks) == typeid(at::CUDAHooksInterface)) {
+      return "LibTorch had settled its CUDA hooks before " + path + " was loaded";
+    }
+    return "";
+  }();
+  return failure;
 }
 
 std::string exception_message(const std::exception& e) {

@@ -17,15 +17,13 @@ constexpr std::size_t kMaxJobs = 64;
 struct DriveResult {
   ScanEnd end;
   bool loaded = true;  // false: interrupted while loading the model and the data
-  bool split = false;  // stopped after a step on request, to go on as one of several jobs
 };
 
 // Runs engine children for `request` until the replay finishes, feeding `agg`: a child that
 // crashes or overruns becomes the open step's finding and a fresh child resumes. `slot`:
-// the job's place (its child is job_child(slot)). `split`, when set, stops the child after
-// its current step. Throws InputError for unusable input.
+// the job's place (its child is job_child(slot)). Throws InputError for unusable input.
 DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
-                  EngineRequest& request, std::size_t slot, const std::atomic<bool>* split);
+                  EngineRequest& request, std::size_t slot);
 
 // The engine child of a job now (0: none).
 pid_t job_child(std::size_t slot);

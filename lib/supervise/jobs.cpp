@@ -3,6 +3,7 @@
 // first job's measured steps), their committed journals merged in step order into the
 // report one child would have written (core/shard.h's join_steps, as `merge` does).
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,7 +60,7 @@ struct Job {
   DriveResult result;
   std::exception_ptr error;
   std::thread thread;
-  std::atomic<bool> done{false}, split{false};
+  std::atomic<bool> done{false};
 };
 
 class Jobs {
@@ -80,7 +81,7 @@ class Jobs {
   void start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume);
   void wait_and_measure();
   void measure(Clock::time_point now);
-  void split(uint64_t count);
+  bool start_split_jobs();
   void draw(bool final);
   void abort_jobs_if_running() {
     for (auto& j : jobs_) {
@@ -96,8 +97,7 @@ class Jobs {
   std::vector<std::unique_ptr<Job>> jobs_;
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.
-  bool deciding_ = false, announced_ = false;
-  std::optional<uint64_t> split_to_;
+  bool deciding_ = false, announced_ = false, split_asked_ = false;
   std::optional<Clock::time_point> first_at_;
   uint64_t first_done_ = 0;
   pid_t first_pid_ = 0;
@@ -113,22 +113,16 @@ void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResum
   j.cmd.views = {};
   // Every process of a scan has the same share, whatever the default decides.
   j.cmd.threads = threads_per_job(threads_, cmd_.jobs ? count : max_jobs_);
-  if (!j.agg) {
-    j.settings = scan_settings(j.cmd);
-    j.settings.progress = false;
-    j.settings.verbosity = std::min(cmd_.verbosity, 0);  // the parent says it once for all jobs
-    j.agg = std::make_unique<Aggregator>(cfg_, j.settings, j.log);
-  } else {
-    j.settings.shard = j.cmd.shard;  // job 0 goes on as one of several
-    j.agg->reopen();
-  }
+  j.settings = scan_settings(j.cmd);
+  j.settings.progress = false;
+  j.settings.verbosity = std::min(cmd_.verbosity, 0);  // the parent says it once for all jobs
+  j.agg = std::make_unique<Aggregator>(cfg_, j.settings, j.log);
   j.request.command = j.cmd;
   j.request.resume = resume;
   j.done = false;
-  j.split = false;
   j.thread = std::thread([this, &j, k] {
     try {
-      j.result = drive(j.cmd, cfg_, *j.agg, opt_, j.request, k, &j.split);
+      j.result = drive(j.cmd, cfg_, *j.agg, opt_, j.request, k);
     } catch (...) {
       j.error = std::current_exception();
       abort_jobs();
@@ -149,7 +143,7 @@ void Jobs::measure(Clock::time_point now) {
     return;
   }
   const double wall = std::chrono::duration<double>(now - *first_at_).count();
-  if (done < first_done_ + 3 || wall < 0.25) return;
+  if (done < first_done_ + 3 || wall < 0.1) return;
   deciding_ = false;
   JobsMeasure m;
   m.cpu = j0.agg->scan_start().device == "cpu";
@@ -163,27 +157,24 @@ void Jobs::measure(Clock::time_point now) {
   const JobsDecision d = decide_jobs(m);
   if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
   if (d.jobs > 1) {
-    split_to_ = d.jobs;
-    j0.split = true;
+    // Job 0 goes on without a pause: between two steps it takes every J-th step from the next
+    // multiple of J and says where (a "split" journal line); the other jobs start there.
+    union sigval v {};
+    v.sival_int = static_cast<int>(d.jobs);
+    split_asked_ = ::sigqueue(pid, SIGUSR1, v) == 0;
   }
 }
 
-void Jobs::split(uint64_t count) {
-  Job& j0 = *jobs_[0];
-  j0.thread.join();
-  Aggregator& a = *j0.agg;
+bool Jobs::start_split_jobs() {
+  if (!split_asked_ || jobs_.size() > 1) return false;
+  const std::optional<Shard> s = jobs_[0]->agg->split_shard();
+  if (!s) return false;
   ReplayResume resume;
-  resume.start_step = a.watermark();
-  resume.skip = a.ended_above();
-  resume.largest_ok_batch = a.largest_ok_batch();
-  const uint64_t from = resume.start_step;
-  // Steps job 0 already ended above `from` (after a crash) are job 0's: another job that
-  // replays one again is ignored by the merge (job 0's lines come first), and its own
-  // watermark does not stall on a step it was told to skip.
-  ReplayResume others = resume;
-  others.skip.clear();
-  jobs_.resize(count);
-  for (std::size_t k = 0; k < count; ++k) start(k, count, from, k == 0 ? resume : others);
+  resume.start_step = s->from;  // every step below is job 0's
+  resume.largest_ok_batch = jobs_[0]->agg->largest_ok_batch();
+  jobs_.resize(s->count);
+  for (std::size_t k = 1; k < s->count; ++k) start(k, s->count, s->from, resume);
+  return true;
 }
 
 void Jobs::draw(bool final) {
@@ -205,16 +196,9 @@ void Jobs::wait_and_measure() {
   for (;;) {
     bool all_done = true;
     for (const auto& j : jobs_) all_done = all_done && j->done;
-    if (all_done) {
-      Job& j0 = *jobs_[0];
-      if (split_to_ && j0.result.split && !j0.error && !stop_signal()) {
-        const uint64_t count = *split_to_;
-        split_to_.reset();
-        split(count);
-        continue;
-      }
-      return;
-    }
+    // After the snapshot: a job 0 that split and ended at once still gets its other jobs.
+    if (!stop_signal() && start_split_jobs()) continue;
+    if (all_done) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!announced_ && jobs_[0]->agg->started()) {
       announced_ = true;

@@ -117,6 +117,12 @@ Child spawn(const SupervisorOptions& opt, const std::string& request) {
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(SIGPIPE, &dfl, nullptr);
+    // A --jobs split request (SIGUSR1) that arrives before the replay listens is dropped,
+    // never fatal.
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGUSR1, &ign, nullptr);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -153,10 +159,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Feeds the child's journal to the aggregator until the child exits.
 Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest,
-             std::size_t slot, const std::atomic<bool>* split) {
+             std::size_t slot) {
   Ending end;
   g_children[slot] = child.pid;
-  bool split_sent = false;
   std::string buffer;
   std::vector<char> chunk(1 << 16);  // on the heap: `ulimit -s` may be small
   Clock::time_point last_event = Clock::now();
@@ -202,11 +207,6 @@ Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const Supervi
           last_event = Clock::now();
         }
       }
-    }
-    if (split && *split && !split_sent && !end.stopped) {
-      // Stops after its current step (and its localizing): no step is cut short.
-      ::kill(child.pid, SIGINT);
-      split_sent = true;
     }
     if (g_abort && !end.stopped) {
       ::kill(child.pid, SIGKILL);
@@ -270,13 +270,15 @@ void abort_jobs() { g_abort = true; }
 int stop_signal() { return g_signal; }
 
 DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
-                  EngineRequest& request, std::size_t slot, const std::atomic<bool>* split) {
+                  EngineRequest& request, std::size_t slot) {
   DriveResult out;
   double slowest = 0;
   unsigned failures_in_a_row = 0;
   uint64_t last_watermark = agg.watermark();
   for (;;) {
-    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest, slot, split);
+    // A replay that split (--jobs auto) resumes with its share.
+    if (const std::optional<Shard> s = agg.split_shard()) request.command.shard = *s;
+    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest, slot);
     if (e.error) {
       if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
       throw std::runtime_error(e.error->what);
@@ -290,7 +292,6 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
     }
     if (agg.finished() && !e.timed_out) {
       out.end = agg.end_state();
-      out.split = split && *split && !out.end.complete;  // a replay that ended first needs no split
       return out;
     }
     const bool crashed = WIFSIGNALED(e.status) && !e.timed_out;
@@ -390,7 +391,7 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
   Aggregator agg(cfg, settings, err);
   EngineRequest request;
   request.command = child_cmd;
-  DriveResult r = drive(cmd, cfg, agg, opt, request, 0, nullptr);
+  DriveResult r = drive(cmd, cfg, agg, opt, request, 0);
   if (!r.loaded) {
     err << "batchcheck: interrupted while loading the model and the data: no report\n";
     ScanOutcome o;
