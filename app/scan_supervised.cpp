@@ -61,6 +61,11 @@ int run_engine_child() {
     std::cerr << "batchcheck: error: " << kEngineChildArg << " is internal: batchcheck scan starts it itself\n";
     return 2;
   }
+  JournalWriter journal(kJournalFd);
+  // LibTorch first, the request after: a child started ahead of its request (the --jobs
+  // default's standby) is ready when the request comes.
+  const std::string path = module_path();
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   std::string request;
   std::vector<char> buf(1 << 16);  // on the heap: `ulimit -s` may be small
   for (;;) {
@@ -70,9 +75,6 @@ int run_engine_child() {
     request.append(buf.data(), static_cast<std::size_t>(n));
   }
   ::close(kRequestFd);
-  JournalWriter journal(kJournalFd);
-  const std::string path = module_path();
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     // Typically a limited address space (ulimit -v): LibTorch's libraries need several GiB mapped.
     journal.error("input", "", "", std::string("cannot load the scan engine (LibTorch): ") + ::dlerror() +

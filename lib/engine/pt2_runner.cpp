@@ -152,6 +152,7 @@ class AotiRunner : public ModelRunner {
 
 std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device) {
 #if BATCHCHECK_HAS_AOTI
+  load_cuda_runtime();  // the package's library is built against the whole LibTorch (libtorch.so)
   return std::make_unique<AotiRunner>(model, device);
 #else
   (void)device;

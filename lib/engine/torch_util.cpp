@@ -103,10 +103,15 @@ std::string load_cuda_runtime() {
     std::error_code ec;
     if (path.empty() || cuda_runtime_loaded() || !std::filesystem::exists(path, ec)) return "";  // linked, or no CUDA
     // Global: its kernels and CUDA hooks register with libtorch_cpu, and its symbols serve
-    // the libraries loaded after it.
-    if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
-      const char* why = ::dlerror();
-      return why ? why : path + ": cannot load";
+    // the libraries loaded after it. Then libtorch.so, which needs it: a library built against
+    // the whole LibTorch (an operator library, a .pt2 package) names libtorch.so, which would
+    // otherwise be looked for on the system's path (and another LibTorch found there).
+    for (const char* name : {"libtorch_cuda.so", "libtorch.so"}) {
+      const std::string lib = (std::filesystem::path(path).parent_path() / name).string();
+      if (std::filesystem::exists(lib, ec) && !::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+        const char* why = ::dlerror();
+        return why ? why : lib + ": cannot load";
+      }
     }
     const auto add = c10::Dispatcher::singleton().findSchema({"aten::add", "Tensor"});
     if (!add || !add->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) return path + " loaded, but registered no CUDA kernels";

@@ -26,10 +26,12 @@ std::string read_all(const std::string& path);
 // `what` names the expected kind in the message.
 void require_model_file(const std::string& path, const char* what);
 
-// Loads libtorch_cuda.so from beside libtorch_cpu.so when it is not loaded yet (the build
-// links libtorch_cpu only: cmake/TorchCpu.cmake). Must come before anything asks LibTorch about
-// CUDA, which settles its CUDA hooks once. "" when CUDA's library is loaded or this LibTorch has
-// none; otherwise why it failed to load (the loader's words).
+// Loads libtorch_cuda.so, and libtorch.so which needs it, from beside libtorch_cpu.so when they
+// are not loaded yet (the build links libtorch_cpu only: cmake/TorchCpu.cmake): for a CUDA
+// device, and before a library built against the whole LibTorch (model.libraries, a .pt2
+// package). Must come before anything asks LibTorch about CUDA, which settles its CUDA hooks
+// once. "" when CUDA's library is loaded or this LibTorch has none; otherwise why it failed to
+// load (the loader's words).
 std::string load_cuda_runtime();
 bool cuda_runtime_loaded();
 

@@ -316,6 +316,9 @@ class TorchScriptRunner : public ModelRunner {
 // model.libraries, before the archive names their operators. RTLD_GLOBAL: a library's
 // operators register themselves when it loads, and may need each other's symbols.
 void load_operator_libraries(const ModelConfig& model) {
+  // Built against the whole LibTorch (torchvision's wheel is), a library may need its CUDA
+  // libraries (libc10_cuda.so), which a CPU scan does not load otherwise.
+  if (!model.libraries.empty()) load_cuda_runtime();
   for (std::size_t i = 0; i < model.libraries.size(); ++i) {
     const std::string& display = model.libraries_display[i];
     require_regular_file(display, model.libraries[i], "a shared library of operators (.so)");

@@ -14,6 +14,16 @@ namespace batchcheck {
 
 constexpr std::size_t kMaxJobs = 64;
 
+// An engine child started (LibTorch loading) before it is given its request.
+struct EngineChild {
+  pid_t pid = -1;
+  int events = -1;   // the journal's read end
+  int request = -1;  // the request's write end, until sent
+};
+EngineChild start_engine_child(const SupervisorOptions& opt);
+// Kills and reaps a child that was never given a request.
+void discard_engine_child(EngineChild& child);
+
 struct DriveResult {
   ScanEnd end;
   bool loaded = true;  // false: interrupted while loading the model and the data
@@ -21,9 +31,10 @@ struct DriveResult {
 
 // Runs engine children for `request` until the replay finishes, feeding `agg`: a child that
 // crashes or overruns becomes the open step's finding and a fresh child resumes. `slot`:
-// the job's place (its child is job_child(slot)). Throws InputError for unusable input.
+// the job's place (its child is job_child(slot)); `started`, a child to use first. Throws
+// InputError for unusable input.
 DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
-                  EngineRequest& request, std::size_t slot);
+                  EngineRequest& request, std::size_t slot, EngineChild started = {});
 
 // The engine child of a job now (0: none).
 pid_t job_child(std::size_t slot);

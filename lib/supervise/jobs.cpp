@@ -69,6 +69,7 @@ class Jobs {
       : cmd_(cmd), cfg_(cfg), err_(err), opt_(opt), threads_(cmd.threads ? *cmd.threads : usable_cores()),
         max_jobs_(auto_max_jobs(threads_, file_bytes(cfg.model.path), proc_kb("/proc/meminfo", "MemAvailable"))) {}
   ~Jobs() {
+    discard_engine_child(standby_);
     abort_jobs_if_running();
     for (auto& j : jobs_) {
       if (j && j->thread.joinable()) j->thread.join();
@@ -78,7 +79,7 @@ class Jobs {
   ScanOutcome run(std::ostream& out);
 
  private:
-  void start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume);
+  void start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume, EngineChild child = {});
   void wait_and_measure();
   void measure(Clock::time_point now);
   bool start_split_jobs();
@@ -98,12 +99,15 @@ class Jobs {
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.
   bool deciding_ = false, announced_ = false, split_asked_ = false;
+  // While the default decides: the second job's engine, loading LibTorch on a core the first
+  // job leaves free, so that a split costs the model's loading only.
+  EngineChild standby_;
   std::optional<Clock::time_point> first_at_;
   uint64_t first_done_ = 0;
   pid_t first_pid_ = 0;
 };
 
-void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume) {
+void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume, EngineChild child) {
   if (!jobs_[k]) jobs_[k] = std::make_unique<Job>();
   Job& j = *jobs_[k];
   j.cmd = cmd_;
@@ -120,9 +124,9 @@ void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResum
   j.request.command = j.cmd;
   j.request.resume = resume;
   j.done = false;
-  j.thread = std::thread([this, &j, k] {
+  j.thread = std::thread([this, &j, k, child] {
     try {
-      j.result = drive(j.cmd, cfg_, *j.agg, opt_, j.request, k);
+      j.result = drive(j.cmd, cfg_, *j.agg, opt_, j.request, k, child);
     } catch (...) {
       j.error = std::current_exception();
       abort_jobs();
@@ -155,6 +159,7 @@ void Jobs::measure(Clock::time_point now) {
   m.rss_bytes = proc_kb("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
   const JobsDecision d = decide_jobs(m);
+  if (d.jobs < 2) discard_engine_child(standby_);
   if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
   if (d.jobs > 1) {
     // Job 0 goes on without a pause: between two steps it takes every J-th step from the next
@@ -173,7 +178,10 @@ bool Jobs::start_split_jobs() {
   resume.start_step = s->from;  // every step below is job 0's
   resume.largest_ok_batch = jobs_[0]->agg->largest_ok_batch();
   jobs_.resize(s->count);
-  for (std::size_t k = 1; k < s->count; ++k) start(k, s->count, s->from, resume);
+  for (std::size_t k = 1; k < s->count; ++k) {
+    start(k, s->count, s->from, resume, k == 1 ? standby_ : EngineChild{});
+    if (k == 1) standby_ = {};
+  }
   return true;
 }
 
@@ -198,7 +206,10 @@ void Jobs::wait_and_measure() {
     for (const auto& j : jobs_) all_done = all_done && j->done;
     // After the snapshot: a job 0 that split and ended at once still gets its other jobs.
     if (!stop_signal() && start_split_jobs()) continue;
-    if (all_done) return;
+    if (all_done) {
+      discard_engine_child(standby_);  // the scan ended before the default decided
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!announced_ && jobs_[0]->agg->started()) {
       announced_ = true;
@@ -214,6 +225,8 @@ ScanOutcome Jobs::run(std::ostream& out) {
   deciding_ = !cmd_.jobs && !cmd_.fail_fast;  // failing fast is about the first batches: one job
   jobs_.resize(count);
   for (std::size_t k = 0; k < count; ++k) start(k, count, 0, {});
+  // Not for a GPU scan, which stays one job (its device is known once the first job started).
+  if (deciding_ && max_jobs_ > 1 && cfg_.device == "cpu") standby_ = start_engine_child(opt_);
   wait_and_measure();
   for (auto& j : jobs_) j->thread.join();
   for (auto& j : jobs_) {

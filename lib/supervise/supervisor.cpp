@@ -86,14 +86,9 @@ class ParentSignals {
   struct sigaction old_int_ {}, old_term_ {}, old_pipe_ {}, old_xfsz_ {};
 };
 
-struct Child {
-  pid_t pid = -1;
-  int events = -1;
-};
-
-// Starts the engine child with its request on fd 3 and the journal's write end on fd 4.
-// Its stdout is our stderr: a print() in the model never reaches the report.
-Child spawn(const SupervisorOptions& opt, const std::string& request) {
+// Starts the engine child with its request's read end on fd 3 and the journal's write end on
+// fd 4. Its stdout is our stderr: a print() in the model never reaches the report.
+EngineChild start_child(const SupervisorOptions& opt) {
   int req[2], ev[2];
   if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0) {
     throw std::runtime_error("cannot start the scan engine: " + std::string(std::strerror(errno)));
@@ -128,17 +123,21 @@ Child spawn(const SupervisorOptions& opt, const std::string& request) {
   }
   ::close(req[0]);
   ::close(ev[1]);
+  return {pid, ev[0], req[1]};
+}
+
+void send_request(EngineChild& child, const std::string& request) {
   const char* p = request.data();
   std::size_t left = request.size();
   while (left > 0) {
-    ssize_t n = ::write(req[1], p, left);
+    ssize_t n = ::write(child.request, p, left);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the child died already: its exit status says how
     p += n;
     left -= static_cast<std::size_t>(n);
   }
-  ::close(req[1]);
-  return {pid, ev[0]};
+  ::close(child.request);
+  child.request = -1;
 }
 
 // How one child ended.
@@ -158,7 +157,7 @@ double batch_limit(const ScanCommand& cmd, double slowest) {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Feeds the child's journal to the aggregator until the child exits.
-Ending watch(Child child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest,
+Ending watch(EngineChild child, Aggregator& agg, const ScanCommand& cmd, const SupervisorOptions& opt, double& slowest,
              std::size_t slot) {
   Ending end;
   g_children[slot] = child.pid;
@@ -266,11 +265,24 @@ std::string describe_signal(int sig) {
 }
 
 pid_t job_child(std::size_t slot) { return g_children[slot]; }
+
+EngineChild start_engine_child(const SupervisorOptions& opt) { return start_child(opt); }
+
+void discard_engine_child(EngineChild& child) {
+  if (child.pid <= 0) return;
+  ::kill(child.pid, SIGKILL);
+  if (child.request >= 0) ::close(child.request);
+  ::close(child.events);
+  int status = 0;
+  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  child = {};
+}
 void abort_jobs() { g_abort = true; }
 int stop_signal() { return g_signal; }
 
 DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, const SupervisorOptions& opt,
-                  EngineRequest& request, std::size_t slot) {
+                  EngineRequest& request, std::size_t slot, EngineChild started) {
   DriveResult out;
   double slowest = 0;
   unsigned failures_in_a_row = 0;
@@ -278,7 +290,10 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
   for (;;) {
     // A replay that split (--jobs auto) resumes with its share.
     if (const std::optional<Shard> s = agg.split_shard()) request.command.shard = *s;
-    Ending e = watch(spawn(opt, encode_request(request)), agg, cmd, opt, slowest, slot);
+    EngineChild child = started.pid > 0 ? started : start_child(opt);
+    started = {};
+    send_request(child, encode_request(request));
+    Ending e = watch(child, agg, cmd, opt, slowest, slot);
     if (e.error) {
       if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
       throw std::runtime_error(e.error->what);
