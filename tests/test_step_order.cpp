@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/errors.h"
 #include "core/step_order.h"
 
 using namespace batchcheck;
@@ -32,4 +33,21 @@ TEST(StepOrder, OnlyTheStepsThisProcessRuns) {
   auto runs = [](uint64_t s) { return s % 2 == 1 && s >= 4; };
   EXPECT_EQ(all(StepOrder(2, 4, true, runs), 4), (std::vector<uint64_t>{7, 5}));
   EXPECT_EQ(all(StepOrder(2, 4, false, runs), 4), (std::vector<uint64_t>{5, 7}));
+}
+
+TEST(ReplaySteps, RanksAndBatchesTaken) {
+  EXPECT_EQ(replay_ranks(3, std::nullopt), (std::vector<uint64_t>{0, 1, 2}));
+  EXPECT_EQ(replay_ranks(3, 2), (std::vector<uint64_t>{2}));
+  try {
+    replay_ranks(2, 2);
+    ADD_FAILURE() << "rank 2 of 2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where() + ": " + e.detail(), "--rank: rank 2 does not exist with world_size 2 (ranks are 0..1)");
+  }
+  EXPECT_EQ(replay_batches(5, false, 0), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(replay_batches(5, false, 2), (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(replay_batches(5, false, 9), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(replay_batches(5, true, 0), (std::vector<uint64_t>{0, 4}));
+  EXPECT_EQ(replay_batches(1, true, 0), (std::vector<uint64_t>{0}));
+  EXPECT_TRUE(replay_batches(0, false, 0).empty());
 }

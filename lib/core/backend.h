@@ -177,4 +177,30 @@ class Backend {
   virtual std::shared_ptr<BatchView> snapshot() { return nullptr; }
 };
 
+// The Backend's current batch as a BatchView, for the synchronous path.
+class CurrentBatch : public BatchView {
+ public:
+  explicit CurrentBatch(Backend& b) : backend_(b) {}
+  ValueStats check(Slot slot, const ValueRule& rule) override { return backend_.check(slot, rule); }
+  LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
+  ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return backend_.check_aux(k, rule); }
+  LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return backend_.aux_loss(k, loss); }
+  std::optional<Localization> localize(const LocalizeRequest& req) override { return backend_.localize(req); }
+
+ private:
+  Backend& backend_;
+};
+
+// One input field of the Backend's current batch, for its value checks.
+class CurrentInputField : public BatchView {
+ public:
+  CurrentInputField(Backend& b, std::size_t field) : backend_(b), field_(field) {}
+  ValueStats check(Slot, const ValueRule& rule) override { return backend_.check_input(field_, rule); }
+  LossResult loss(const LossConfig&) override { return {}; }
+
+ private:
+  Backend& backend_;
+  std::size_t field_;
+};
+
 }  // namespace batchcheck

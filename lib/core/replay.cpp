@@ -33,32 +33,6 @@ struct BatchContext {
   uint64_t size() const { return step.size; }
 };
 
-// The Backend's current batch as a BatchView, for the synchronous path.
-class CurrentBatch : public BatchView {
- public:
-  explicit CurrentBatch(Backend& b) : backend_(b) {}
-  ValueStats check(Slot slot, const ValueRule& rule) override { return backend_.check(slot, rule); }
-  LossResult loss(const LossConfig& loss) override { return backend_.loss(loss); }
-  ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return backend_.check_aux(k, rule); }
-  LossResult aux_loss(std::size_t k, const LossConfig& loss) override { return backend_.aux_loss(k, loss); }
-  std::optional<Localization> localize(const LocalizeRequest& req) override { return backend_.localize(req); }
-
- private:
-  Backend& backend_;
-};
-
-// One input field of the Backend's current batch, for its value checks.
-class InputField : public BatchView {
- public:
-  InputField(Backend& b, std::size_t field) : backend_(b), field_(field) {}
-  ValueStats check(Slot, const ValueRule& rule) override { return backend_.check_input(field_, rule); }
-  LossResult loss(const LossConfig&) override { return {}; }
-
- private:
-  Backend& backend_;
-  std::size_t field_;
-};
-
 // A batch whose post-forward stage runs on the worker.
 struct PendingPost {
   std::vector<int64_t> indices;
@@ -201,7 +175,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     const TensorMeta input = backend_.input_meta(k);
     auto rule = input_rule(input);
     if (!rule) continue;
-    InputField view(backend_, k);
+    CurrentInputField view(backend_, k);
     ValueStats stats = view.check(Slot::Input, *rule);
     if (stats.ok()) continue;
     std::vector<Emitted> emitted;
@@ -391,28 +365,8 @@ void Replayer::run(const OrderFn& order) {
   BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
   const Geometry& g = plan.geometry();
 
-  std::vector<uint64_t> ranks;
-  if (settings_.rank) {
-    if (*settings_.rank >= spec.world_size) {
-      throw InputError("", "--rank", "rank " + std::to_string(*settings_.rank) + " does not exist with world_size " +
-                                         std::to_string(spec.world_size) + " (ranks are 0.." +
-                                         std::to_string(spec.world_size - 1) + ")");
-    }
-    ranks.push_back(*settings_.rank);
-  } else {
-    for (uint64_t r = 0; r < spec.world_size; ++r) ranks.push_back(r);
-  }
-
-  std::vector<uint64_t> batch_list;
-  if (g.batches_per_rank > 0) {
-    if (settings_.edges) {
-      batch_list.push_back(0);
-      if (g.batches_per_rank > 1) batch_list.push_back(g.batches_per_rank - 1);
-    } else {
-      uint64_t n = cfg_.checks.max_batches ? std::min(cfg_.checks.max_batches, g.batches_per_rank) : g.batches_per_rank;
-      for (uint64_t b = 0; b < n; ++b) batch_list.push_back(b);
-    }
-  }
+  const std::vector<uint64_t> ranks = replay_ranks(spec.world_size, settings_.rank);
+  const std::vector<uint64_t> batch_list = replay_batches(g.batches_per_rank, settings_.edges, cfg_.checks.max_batches);
   const uint64_t per_rank = batch_list.size();
   const uint64_t total = per_rank * ranks.size();
   total_ = total;

@@ -1,7 +1,7 @@
 #pragma once
-// The order a replay takes its steps in: in turn, or (--fail-fast) every rank's first and
-// last batch first, where tails, shape errors and BatchNorm on one sample live, then the rest
-// in turn. Steps are numbered rank by rank (core/replay.h).
+// Which steps a replay takes (its ranks and batches), and in what order: in turn, or
+// (--fail-fast) every rank's first and last batch first, where tails, shape errors and BatchNorm
+// on one sample live, then the rest in turn. Steps are numbered rank by rank (core/replay.h).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -10,6 +10,13 @@
 #include <vector>
 
 namespace batchcheck {
+
+// The DDP ranks a replay takes: all of `world_size`, or --rank's only (InputError("", "--rank")
+// when it does not exist).
+std::vector<uint64_t> replay_ranks(uint64_t world_size, std::optional<uint64_t> rank);
+// The batches it takes of each rank: all, checks.max_batches' first (0: all), or --edges'
+// first and last.
+std::vector<uint64_t> replay_batches(uint64_t batches_per_rank, bool edges, uint64_t max_batches);
 
 class StepOrder {
  public:
