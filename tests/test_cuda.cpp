@@ -4,6 +4,9 @@
 // no GPU is visible; scripts/gpu-check.sh adds the real loop's device-side assert on a GPU.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,12 +56,32 @@ TEST(Cuda, SeedCasesFindTheSameBatchesOnTheDevice) {
   }
 }
 
+namespace {
+
+// What these check holds per process (a library loaded, CUDA hooks settled): the test runs
+// again alone in a fresh process, which does the checks (true there).
+bool in_fresh_process() {
+  if (std::getenv("BATCHCHECK_FRESH_PROCESS")) return true;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    ADD_FAILURE() << "cannot find this test binary";
+    return false;
+  }
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto r = test_util::run_command("BATCHCHECK_FRESH_PROCESS=1 '" + std::string(self, static_cast<std::size_t>(n)) +
+                                        "' --gtest_filter=" + info->test_suite_name() + "." + info->name() + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  return false;
+}
+
+}  // namespace
+
 // The build links libtorch_cpu only (cmake/TorchCpu.cmake): a scan on the CPU never maps
 // LibTorch's CUDA libraries, and one that asks for a CUDA device loads them first, before
-// LibTorch settles its CUDA hooks, with the kernels registered. ctest runs each test in a
-// process of its own, which is what these need.
+// LibTorch settles its CUDA hooks, with the kernels registered.
 TEST(CudaLibrary, ACpuScanNeverLoadsIt) {
-  if (cuda_library_loaded()) GTEST_SKIP() << "an earlier test in this process loaded it (ctest runs each test alone)";
+  if (!in_fresh_process()) return;
   test_util::TempDir dir("cuda-lib");
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json", "-q", "-o", dir.file("r.json")}, out, err), 0)
@@ -67,6 +90,7 @@ TEST(CudaLibrary, ACpuScanNeverLoadsIt) {
 }
 
 TEST(CudaLibrary, AutoLoadsItAndFallsBackToTheCpu) {
+  if (!in_fresh_process()) return;
   test_util::TempDir dir("cuda-auto");
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json", "--device", "auto", "-q", "-o", dir.file("r.json")},

@@ -108,7 +108,7 @@ void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
   if (it != pending_.end()) {
     for (auto& r : it->second) {
       if (r.stage == "forward") {
-        if (auto again = reclassify_forward_failure(r.id, r.evidence, r.count, largest_ok_, start_.model.batchnorm_modules)) {
+        if (auto again = reclassify_forward_failure(r.id, r.evidence, r.count, largest_ok_batch(), start_.model.batchnorm_modules)) {
           r.id = again->id;
           r.message = again->message;
           r.evidence = again->evidence;
@@ -128,7 +128,7 @@ void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
     ended_above_.insert(e.step);
   }
   advance_watermark();
-  if (e.forward_ok) largest_ok_ = std::max(largest_ok_, e.size);
+  if (e.forward_ok && e.size > largest_ok_batch()) largest_ok_.store(e.size, std::memory_order_relaxed);  // this thread only writes it
   if (e.shapes) {
     // The lowest and highest step: --fail-fast checks the last batch early.
     if (!first_ || e.step < first_step_) {

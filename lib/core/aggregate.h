@@ -64,7 +64,8 @@ class Aggregator : public ScanSink {
   // Where a fresh replay resumes: every step below `watermark` ended, and so did `ended_above`.
   uint64_t watermark() const { return watermark_; }
   const std::set<uint64_t>& ended_above() const { return ended_above_; }
-  uint64_t largest_ok_batch() const { return largest_ok_; }
+  // Read by another thread too (--jobs' split).
+  uint64_t largest_ok_batch() const { return largest_ok_.load(std::memory_order_relaxed); }
   // The share of the steps the replay took when it split (ScanSink::split), for the other
   // jobs and a resumed replay; read by another thread.
   std::optional<Shard> split_shard() const;
@@ -107,7 +108,7 @@ class Aggregator : public ScanSink {
   uint64_t watermark_ = 0;                        // every step below it ended
   std::set<uint64_t> ended_above_;                // steps at or above it that ended
   std::atomic<uint64_t> done_{0};                 // replay steps ended
-  uint64_t largest_ok_ = 0;
+  std::atomic<uint64_t> largest_ok_{0};
   std::optional<BatchShapes> first_, last_;
   uint64_t first_step_ = 0, last_step_ = 0;
   std::optional<StepInfo> localizing_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <cstdio>
 #include <filesystem>
@@ -263,16 +264,18 @@ Part load_part(const std::string& path) {
   }
   try {
     p.index = part_field(p.j, "shard", path).at("index").get<uint64_t>();
-    if (p.j.contains("clean")) {
-      const json& clean = p.j.at("clean");
-      if (clean.at("columns") != kCleanColumns) {
-        throw InputError(path, "clean", "columns \"" + clean.at("columns").get<std::string>() +
-                                            "\" are not this batchcheck's: merge with the version that scanned");
-      }
-      p.clean = rows ? decode_clean_rows(*rows, path, true) : decode_clean_rows(clean.at("rows").get<std::string>(), path);
-    }
   } catch (const json::exception&) {
     throw InputError(path, "shard", "malformed: not a partial report of batchcheck scan --shard");
+  }
+  if (!p.j.contains("clean")) return p;  // version 1
+  try {
+    const json& clean = p.j.at("clean");
+    if (clean.at("columns") != kCleanColumns) {
+      throw InputError(path, "clean", "columns " + clean.at("columns").dump() + " are not this batchcheck's: merge with the version that scanned");
+    }
+    p.clean = rows ? decode_clean_rows(*rows, path, true) : decode_clean_rows(clean.at("rows").get<std::string>(), path);
+  } catch (const json::exception&) {
+    throw InputError(path, "clean", "malformed: expected {\"columns\": ..., \"rows\": \"...\"}: the part was edited");
   }
   return p;
 }
@@ -294,7 +297,11 @@ std::vector<Part> load_parts(const std::vector<std::string>& paths) {
   };
   const std::size_t threads = std::min<std::size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads (ulimit -u): the ones started and this one read the rest.
+  }
   work();
   for (auto& t : pool) t.join();
   for (const auto& e : errors) {

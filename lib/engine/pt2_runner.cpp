@@ -118,7 +118,8 @@ class AotiRunner : public ModelRunner {
       loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
           path, "model", false, 1, device.is_cuda() ? device.index() : static_cast<c10::DeviceIndex>(-1));
     } catch (const std::exception& e) {
-      throw InputError(path, "", "cannot load the AOTInductor package: " + single_line(exception_message(e)).substr(0, 240));
+      throw InputError(path, "", "cannot load the AOTInductor package: " + single_line(exception_message(e)).substr(0, 240) +
+                                     libtorch_rest_note());
     }
     info_.format = "pt2";
   }

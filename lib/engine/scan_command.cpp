@@ -55,7 +55,7 @@ class SignalScope {
     if (job_) {
       struct sigaction su {};
       su.sa_sigaction = on_split;
-      su.sa_flags = SA_SIGINFO;
+      su.sa_flags = SA_SIGINFO | SA_RESTART;  // it comes mid-scan: no system call fails of it
       sigemptyset(&su.sa_mask);
       sigaction(SIGUSR1, &su, &old_usr1_);
     }

@@ -15,6 +15,7 @@
 
 #include "core/errors.h"
 #include "core/files.h"
+#include "core/text.h"
 
 namespace batchcheck {
 
@@ -122,6 +123,11 @@ std::string load_cuda_runtime() {
     return "";
   }();
   return failure;
+}
+
+std::string libtorch_rest_note() {
+  const std::string failure = load_cuda_runtime();
+  return failure.empty() ? "" : "; LibTorch's CUDA library and libtorch.so did not load: " + single_line(failure);
 }
 
 std::string exception_message(const std::exception& e) {

@@ -34,6 +34,9 @@ void require_model_file(const std::string& path, const char* what);
 // load (the loader's words).
 std::string load_cuda_runtime();
 bool cuda_runtime_loaded();
+// "; LibTorch's CUDA library and libtorch.so did not load: ..." when load_cuda_runtime() failed (a library
+// built against the whole LibTorch may fail of that), else "".
+std::string libtorch_rest_note();
 
 // An exception's text without LibTorch's C++ backtrace.
 std::string exception_message(const std::exception& e);

@@ -326,7 +326,8 @@ void load_operator_libraries(const ModelConfig& model) {
       const char* why = ::dlerror();
       throw InputError(display, "", std::string("cannot load this operator library (model.libraries): ") +
                                         (why ? single_line(why) : std::string("unknown error")) +
-                                        "; it must be built against the LibTorch this batchcheck links (" TORCH_VERSION ")");
+                                        "; it must be built against the LibTorch this batchcheck links (" TORCH_VERSION ")" +
+                                        libtorch_rest_note());
     }
   }
 }

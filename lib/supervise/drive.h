@@ -23,6 +23,8 @@ struct EngineChild {
 EngineChild start_engine_child(const SupervisorOptions& opt);
 // Kills and reaps a child that was never given a request.
 void discard_engine_child(EngineChild& child);
+// Whether it is still running (not reaped: it may still be handed its request).
+bool engine_child_alive(const EngineChild& child);
 
 struct DriveResult {
   ScanEnd end;

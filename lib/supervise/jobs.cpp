@@ -98,7 +98,9 @@ class Jobs {
   std::vector<std::unique_ptr<Job>> jobs_;
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.
-  bool deciding_ = false, announced_ = false, split_asked_ = false;
+  bool deciding_ = false, announced_ = false;
+  bool split_asked_ = false;
+  pid_t asked_pid_ = 0;
   // While the default decides: the second job's engine, loading LibTorch on a core the first
   // job leaves free, so that a split costs the model's loading only.
   EngineChild standby_;
@@ -160,27 +162,43 @@ void Jobs::measure(Clock::time_point now) {
   m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
   const JobsDecision d = decide_jobs(m);
   if (d.jobs < 2) discard_engine_child(standby_);
+  if (d.jobs < 2) return;
   if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
-  if (d.jobs > 1) {
-    // Job 0 goes on without a pause: between two steps it takes every J-th step from the next
-    // multiple of J and says where (a "split" journal line); the other jobs start there.
-    union sigval v {};
-    v.sival_int = static_cast<int>(d.jobs);
-    split_asked_ = ::sigqueue(pid, SIGUSR1, v) == 0;
+  // Job 0 goes on without a pause: between two steps it takes every J-th step from the next
+  // multiple of J and says where (a "split" journal line); the other jobs start there.
+  union sigval v {};
+  v.sival_int = static_cast<int>(d.jobs);
+  if (::sigqueue(pid, SIGUSR1, v) == 0) {
+    split_asked_ = true;
+    asked_pid_ = pid;
+  } else {
+    discard_engine_child(standby_);
   }
 }
 
 bool Jobs::start_split_jobs() {
   if (!split_asked_ || jobs_.size() > 1) return false;
   const std::optional<Shard> s = jobs_[0]->agg->split_shard();
-  if (!s) return false;
+  if (!s || jobs_[0]->error) {
+    // The child asked died before it split (its successor goes on alone), or job 0 failed.
+    if (!s && job_child(0) != asked_pid_) discard_engine_child(standby_);
+    return false;
+  }
+  // Job 0 takes only its share now: the others must run, however many it says.
+  if (s->count > kMaxJobs) throw InternalError("job 0 split into " + std::to_string(s->count) + " jobs");
   ReplayResume resume;
   resume.start_step = s->from;  // every step below is job 0's
   resume.largest_ok_batch = jobs_[0]->agg->largest_ok_batch();
   jobs_.resize(s->count);
   for (std::size_t k = 1; k < s->count; ++k) {
-    start(k, s->count, s->from, resume, k == 1 ? standby_ : EngineChild{});
-    if (k == 1) standby_ = {};
+    EngineChild child;
+    if (k == 1 && standby_.pid > 0) {
+      // One that died idle (the OOM killer) is replaced by a fresh child.
+      if (engine_child_alive(standby_)) child = standby_;
+      else discard_engine_child(standby_);
+      standby_ = {};
+    }
+    start(k, s->count, s->from, resume, child);
   }
   return true;
 }

@@ -268,6 +268,13 @@ pid_t job_child(std::size_t slot) { return g_children[slot]; }
 
 EngineChild start_engine_child(const SupervisorOptions& opt) { return start_child(opt); }
 
+bool engine_child_alive(const EngineChild& child) {
+  siginfo_t info{};
+  // WNOWAIT: a child that ended stays to be reaped by discard_engine_child.
+  return child.pid > 0 && ::waitid(P_PID, static_cast<id_t>(child.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == 0;
+}
+
 void discard_engine_child(EngineChild& child) {
   if (child.pid <= 0) return;
   ::kill(child.pid, SIGKILL);
@@ -378,8 +385,9 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
       out.end.stopped_at_error = true;
       return out;
     }
-    // Consecutive steps of this process: a shard's are `count` apart.
-    const uint64_t stride = cmd.shard ? cmd.shard->count : 1;
+    // Consecutive steps of this process: a shard's are `count` apart (a split job's since it split).
+    const std::optional<Shard> share = agg.split_shard() ? agg.split_shard() : request.command.shard;
+    const uint64_t stride = share ? share->count : 1;
     failures_in_a_row = agg.watermark() > last_watermark + stride ? 1 : failures_in_a_row + 1;
     last_watermark = agg.watermark();
     if (failures_in_a_row >= opt.max_consecutive_failures) {
