@@ -86,7 +86,7 @@ TEST(CudaLibrary, ACpuScanNeverLoadsIt) {
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"scan", BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json", "-q", "-o", dir.file("r.json")}, out, err), 0)
       << err.str();
-  EXPECT_FALSE(cuda_library_loaded());
+  EXPECT_FALSE(cuda_runtime_loaded());
 }
 
 TEST(CudaLibrary, AutoLoadsItAndFallsBackToTheCpu) {
@@ -98,7 +98,7 @@ TEST(CudaLibrary, AutoLoadsItAndFallsBackToTheCpu) {
             0)
       << err.str();
   // Loaded (where this LibTorch has CUDA), with its kernels and hooks registered.
-  EXPECT_EQ(load_cuda_library(), "");
+  EXPECT_EQ(load_cuda_runtime(), "");
   const Json report = Json::parse(test_util::slurp(dir.file("r.json")));
   EXPECT_EQ(report["device"], cuda_device_visible() ? "cuda:0" : "cpu");
 }

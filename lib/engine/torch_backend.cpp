@@ -586,8 +586,6 @@ class TorchBackend : public Backend {
 }  // namespace
 
 bool cuda_device_visible() { return load_cuda_runtime().empty() && torch::cuda::is_available(); }
-bool cuda_library_loaded() { return cuda_runtime_loaded(); }
-std::string load_cuda_library() { return load_cuda_runtime(); }
 
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options) {
   return std::make_unique<TorchBackend>(cfg, options);

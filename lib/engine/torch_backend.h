@@ -26,11 +26,15 @@ struct BackendOptions {
 
 // Whether this LibTorch has CUDA and sees a GPU (the CUDA tests skip without one).
 bool cuda_device_visible();
-// LibTorch's CUDA library, which the engine loads only for a CUDA device (cmake/TorchCpu.cmake):
-// whether it is in this process, and loading it ("" when it loaded and registered its kernels
-// and hooks, or this LibTorch has none; else why not).
-bool cuda_library_loaded();
-std::string load_cuda_library();
+// Loads libtorch_cuda.so, and libtorch.so which needs it, from beside libtorch_cpu.so when they
+// are not loaded yet (the build links libtorch_cpu only: cmake/TorchCpu.cmake): for a CUDA
+// device, and before a library built against the whole LibTorch (model.libraries, a .pt2
+// package). Must come before anything asks LibTorch about CUDA, which settles its CUDA hooks
+// once. "" when CUDA's library is loaded (its kernels and hooks registered) or this LibTorch has
+// none; otherwise why not (the loader's words, or what did not register).
+std::string load_cuda_runtime();
+// Whether libtorch_cuda.so is in this process.
+bool cuda_runtime_loaded();
 
 // Loads the model and opens the data. Throws InputError for unusable files.
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options);

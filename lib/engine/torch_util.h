@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/error_text.h"
 #include "core/npy.h"
+#include "engine/torch_backend.h"  // load_cuda_runtime
 
 namespace batchcheck {
 
@@ -26,14 +27,6 @@ std::string read_all(const std::string& path);
 // `what` names the expected kind in the message.
 void require_model_file(const std::string& path, const char* what);
 
-// Loads libtorch_cuda.so, and libtorch.so which needs it, from beside libtorch_cpu.so when they
-// are not loaded yet (the build links libtorch_cpu only: cmake/TorchCpu.cmake): for a CUDA
-// device, and before a library built against the whole LibTorch (model.libraries, a .pt2
-// package). Must come before anything asks LibTorch about CUDA, which settles its CUDA hooks
-// once. "" when CUDA's library is loaded or this LibTorch has none; otherwise why it failed to
-// load (the loader's words).
-std::string load_cuda_runtime();
-bool cuda_runtime_loaded();
 // "; LibTorch's CUDA library and libtorch.so did not load: ..." when load_cuda_runtime() failed (a library
 // built against the whole LibTorch may fail of that), else "".
 std::string libtorch_rest_note();

@@ -161,9 +161,11 @@ void Jobs::measure(Clock::time_point now) {
   m.rss_bytes = proc_kb("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
   const JobsDecision d = decide_jobs(m);
-  if (d.jobs < 2) discard_engine_child(standby_);
-  if (d.jobs < 2) return;
   if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
+  if (d.jobs < 2) {
+    discard_engine_child(standby_);
+    return;
+  }
   // Job 0 goes on without a pause: between two steps it takes every J-th step from the next
   // multiple of J and says where (a "split" journal line); the other jobs start there.
   union sigval v {};

@@ -86,9 +86,11 @@ class ParentSignals {
   struct sigaction old_int_ {}, old_term_ {}, old_pipe_ {}, old_xfsz_ {};
 };
 
-// Starts the engine child with its request's read end on fd 3 and the journal's write end on
-// fd 4. Its stdout is our stderr: a print() in the model never reaches the report.
-EngineChild start_child(const SupervisorOptions& opt) {
+}  // namespace
+
+// The engine child has its request's read end on fd 3 and the journal's write end on fd 4.
+// Its stdout is our stderr: a print() in the model never reaches the report.
+EngineChild start_engine_child(const SupervisorOptions& opt) {
   int req[2], ev[2];
   if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0) {
     throw std::runtime_error("cannot start the scan engine: " + std::string(std::strerror(errno)));
@@ -125,6 +127,8 @@ EngineChild start_child(const SupervisorOptions& opt) {
   ::close(ev[1]);
   return {pid, ev[0], req[1]};
 }
+
+namespace {
 
 void send_request(EngineChild& child, const std::string& request) {
   const char* p = request.data();
@@ -266,8 +270,6 @@ std::string describe_signal(int sig) {
 
 pid_t job_child(std::size_t slot) { return g_children[slot]; }
 
-EngineChild start_engine_child(const SupervisorOptions& opt) { return start_child(opt); }
-
 bool engine_child_alive(const EngineChild& child) {
   siginfo_t info{};
   // WNOWAIT: a child that ended stays to be reaped by discard_engine_child.
@@ -295,12 +297,12 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
   unsigned failures_in_a_row = 0;
   uint64_t last_watermark = agg.watermark();
   for (;;) {
-    // A replay that split (--jobs auto) resumes with its share.
-    if (const std::optional<Shard> s = agg.split_shard()) request.command.shard = *s;
-    EngineChild child = started.pid > 0 ? started : start_child(opt);
+    EngineChild child = started.pid > 0 ? started : start_engine_child(opt);
     started = {};
     send_request(child, encode_request(request));
     Ending e = watch(child, agg, cmd, opt, slowest, slot);
+    // A replay that split (--jobs auto) resumes, and counts its crashes, with its share.
+    if (const std::optional<Shard> s = agg.split_shard()) request.command.shard = *s;
     if (e.error) {
       if (e.error->error_kind == "input") throw InputError(e.error->file, e.error->where, e.error->what);
       throw std::runtime_error(e.error->what);
@@ -386,8 +388,7 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
       return out;
     }
     // Consecutive steps of this process: a shard's are `count` apart (a split job's since it split).
-    const std::optional<Shard> share = agg.split_shard() ? agg.split_shard() : request.command.shard;
-    const uint64_t stride = share ? share->count : 1;
+    const uint64_t stride = request.command.shard ? request.command.shard->count : 1;
     failures_in_a_row = agg.watermark() > last_watermark + stride ? 1 : failures_in_a_row + 1;
     last_watermark = agg.watermark();
     if (failures_in_a_row >= opt.max_consecutive_failures) {
