@@ -5,10 +5,16 @@
 // scan / bare-tuned isolates what the checks, the loss and the report cost.
 // --backward is the floor of a training-mode scan: forward with autograd, the configured
 // loss, loss.backward(), gradients cleared (what a training step does minus the optimizer).
+// --part K/N runs every N-th batch from the K-th: N of them side by side are the ideal N
+// replicas, which `scan --jobs N` is measured against.
+#include <ATen/Parallel.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <cinttypes>
+#include <cstdio>
 #include <iostream>
 
 #include "core/allocator.h"
@@ -44,17 +50,20 @@ at::Tensor read_batch(const NpyFile& f, const std::vector<int64_t>& idx, at::Sca
 
 int main(int argc, char** argv) {
   bool tuned = false, backward = false;
+  uint64_t part = 0, parts = 1;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--tuned") tuned = true;
     else if (a == "--backward") backward = true;
+    else if (a == "--part" && i + 1 < argc && std::sscanf(argv[i + 1], "%" SCNu64 "/%" SCNu64, &part, &parts) == 2 && part < parts) ++i;
     else argc = 0;
   }
   if (argc < 2) {
-    std::cerr << "usage: bench_bare_loop CONFIG.json [--tuned] [--backward]\n";
+    std::cerr << "usage: bench_bare_loop CONFIG.json [--tuned] [--backward] [--part K/N]\n";
     return 2;
   }
   if (tuned) tune_allocator_for_batches();
+  if (parts > 1) at::set_num_threads(std::max(1, at::get_num_threads() / static_cast<int>(parts)));  // the cores shared
   Config cfg = load_config(argv[1]);
   NpyFile inputs(cfg.data.inputs, cfg.data.inputs);
   std::unique_ptr<NpyFile> targets;
@@ -66,7 +75,7 @@ int main(int argc, char** argv) {
   at::AutoGradMode grad(backward);
   BatchPlan plan(compute_geometry(loader_spec(cfg.loader, inputs.samples())), {});
   double checksum = 0;
-  for (uint64_t b = 0; b < plan.geometry().batches_per_rank; ++b) {
+  for (uint64_t b = part; b < plan.geometry().batches_per_rank; b += parts) {
     std::vector<int64_t> idx = plan.batch_indices(0, b);
     at::Tensor x = read_batch(inputs, idx, at::kFloat);
     at::Tensor y = module.forward({x}).toTensor();

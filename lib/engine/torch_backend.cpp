@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <future>
 #include <iostream>
@@ -35,6 +36,8 @@ namespace {
 // The kernel works on float32, float64 and int64 in CPU memory.
 at::Tensor for_kernel(at::Tensor t) {
   at::ScalarType st = t.scalar_type();
+  // Already fit (the common case): no dispatch at all, which on small batches costs more than the check.
+  if ((st == at::kFloat || st == at::kDouble || st == at::kLong) && t.is_cpu() && t.is_contiguous()) return t;
   if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
   else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
   return t.to(at::kCPU).contiguous();
@@ -87,16 +90,22 @@ LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConf
     at::Tensor l = compute_loss(out, tgt, loss);
     if (keep) *keep = l;
     if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
-    at::Tensor host = l.detach().to(at::kCPU).to(at::kDouble).contiguous().view({-1});
+    // A CPU float loss is read where it lies: the copies would cost more than the loss.
+    at::Tensor host = l.is_cpu() && l.is_contiguous() && (l.scalar_type() == at::kFloat || l.scalar_type() == at::kDouble)
+                          ? l
+                          : l.detach().to(at::kCPU).to(at::kDouble).contiguous();
     r.elements = static_cast<uint64_t>(host.numel());
-    const double* p = host.data_ptr<double>();
-    r.value = r.elements ? p[0] : 0.0;
-    for (uint64_t i = 0; i < r.elements; ++i) {
-      if (!std::isfinite(p[i])) {
-        if (r.nonfinite == 0) r.value = p[i];
-        ++r.nonfinite;
+    auto scan = [&r](const auto* p) {
+      r.value = r.elements ? static_cast<double>(p[0]) : 0.0;
+      for (uint64_t i = 0; i < r.elements; ++i) {
+        if (!std::isfinite(p[i])) {
+          if (r.nonfinite == 0) r.value = static_cast<double>(p[i]);
+          ++r.nonfinite;
+        }
       }
-    }
+    };
+    if (host.scalar_type() == at::kFloat) scan(host.data_ptr<float>());
+    else scan(host.data_ptr<double>());
     r.ok = true;
   } catch (const std::exception& e) {
     r.error = parse_error_text(exception_message(e)).message;
@@ -468,21 +477,35 @@ class TorchBackend : public Backend {
       grads.push_back(g);
     }
     if (grads.empty()) return;
+    auto add = [&](std::size_t k, uint64_t nan, uint64_t inf) {
+      if (nan + inf == 0) return;
+      GradStats s{params[which[k]].first, static_cast<uint64_t>(grads[k].numel()), nan, inf};
+      if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
+      ++r.nonfinite_total;
+    };
+    const bool in_host_memory = std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
+      return g.is_cpu() && g.is_contiguous() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble);
+    });
+    if (in_host_memory) {
+      // The check kernel reads them where they lie: on small models the dispatches of the
+      // reductions below cost more than the gradients' size.
+      for (std::size_t k = 0; k < grads.size(); ++k) {
+        const at::Tensor& g = grads[k];
+        const auto n = static_cast<uint64_t>(g.numel());
+        const ValueStats v = g.scalar_type() == at::kFloat ? check_values(g.data_ptr<float>(), 1, n, ValueRule{})
+                                                           : check_values(g.data_ptr<double>(), 1, n, ValueRule{});
+        add(k, v.nan, v.inf);
+      }
+      return;
+    }
     // One L1 norm per gradient in one call, one host transfer: a NaN or Inf anywhere makes
     // its norm non-finite. Exact counts only for those (a finite overflow then counts 0).
     at::Tensor norms = at::stack(at::_foreach_norm(grads, 1)).to(at::kDouble).to(at::kCPU).contiguous();
     const double* v = norms.data_ptr<double>();
     for (std::size_t k = 0; k < grads.size(); ++k) {
       if (std::isfinite(v[k])) continue;
-      const at::Tensor& g = grads[k];
-      GradStats s;
-      s.name = params[which[k]].first;
-      s.elements = static_cast<uint64_t>(g.numel());
-      s.nan = static_cast<uint64_t>(at::isnan(g).sum().item<int64_t>());
-      s.inf = static_cast<uint64_t>(at::isinf(g).sum().item<int64_t>());
-      if (s.nan + s.inf == 0) continue;
-      if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
-      ++r.nonfinite_total;
+      add(k, static_cast<uint64_t>(at::isnan(grads[k]).sum().item<int64_t>()),
+          static_cast<uint64_t>(at::isinf(grads[k]).sum().item<int64_t>()));
     }
   }
 

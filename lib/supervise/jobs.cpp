@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <exception>
 #include <filesystem>
@@ -107,6 +109,9 @@ class Jobs {
   std::optional<Clock::time_point> first_at_;
   uint64_t first_done_ = 0;
   pid_t first_pid_ = 0;
+  // A job that ends wakes the main thread: the scan's end is not a poll period late.
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
 };
 
 void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResume& resume, EngineChild child) {
@@ -133,7 +138,11 @@ void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResum
       j.error = std::current_exception();
       abort_jobs();
     }
-    j.done = true;
+    {
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      j.done = true;
+    }
+    wake_.notify_all();
   });
 }
 
@@ -230,7 +239,14 @@ void Jobs::wait_and_measure() {
       discard_engine_child(standby_);  // the scan ended before the default decided
       return;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+      // Waiting for job 0's split line, the other jobs' start is on the critical path: look often.
+      const auto period = std::chrono::milliseconds(split_asked_ && jobs_.size() == 1 ? 5 : 50);
+      std::unique_lock<std::mutex> lock(wake_mu_);
+      wake_.wait_for(lock, period, [this] {
+        return std::all_of(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->done.load(); });
+      });
+    }
     if (!announced_ && jobs_[0]->agg->started()) {
       announced_ = true;
       if (cmd_.verbosity > 0) err_ << scan_start_line(jobs_[0]->agg->scan_start()) << std::flush;
