@@ -27,91 +27,12 @@
 #include "engine/model_runner.h"
 #include "engine/localize.h"
 #include "engine/outputs.h"
+#include "engine/tensor_checks.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
 
 namespace {
-
-// The kernel works on float32, float64 and int64 in CPU memory.
-at::Tensor for_kernel(at::Tensor t) {
-  at::ScalarType st = t.scalar_type();
-  // Already fit (the common case): no dispatch at all, which on small batches costs more than the check.
-  if ((st == at::kFloat || st == at::kDouble || st == at::kLong) && t.is_cpu() && t.is_contiguous()) return t;
-  if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
-  else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
-  return t.to(at::kCPU).contiguous();
-}
-
-ValueStats check_tensor(const at::Tensor& t, const ValueRule& rule) {
-  const uint64_t rows = t.dim() == 0 ? 1 : static_cast<uint64_t>(t.size(0));
-  const uint64_t per_row = rows ? static_cast<uint64_t>(t.numel()) / rows : 0;
-  switch (t.scalar_type()) {
-    case at::kFloat: return check_values(t.data_ptr<float>(), rows, per_row, rule);
-    case at::kDouble: return check_values(t.data_ptr<double>(), rows, per_row, rule);
-    case at::kLong: return check_values(t.data_ptr<int64_t>(), rows, per_row, rule);
-    default: throw InternalError("check: unexpected dtype " + dtype_name(t.scalar_type()));
-  }
-}
-
-at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss) {
-  int64_t red = loss.reduction == Reduction::Mean  ? at::Reduction::Mean
-                : loss.reduction == Reduction::Sum ? at::Reduction::Sum
-                                                   : at::Reduction::None;
-  auto opts = at::TensorOptions().dtype(out.scalar_type()).device(out.device());
-  c10::optional<at::Tensor> weight;
-  if (!loss.weight.empty()) weight = at::tensor(loss.weight, at::kDouble).to(opts);
-  switch (loss.type) {
-    case LossType::Bce: return at::binary_cross_entropy(out, tgt, weight, red);
-    case LossType::BceWithLogits: {
-      c10::optional<at::Tensor> pos;
-      if (!loss.pos_weight.empty()) pos = at::tensor(loss.pos_weight, at::kDouble).to(opts);
-      return at::binary_cross_entropy_with_logits(out, tgt, weight, pos, red);
-    }
-    case LossType::CrossEntropy: return at::cross_entropy_loss(out, tgt, weight, red, loss.ignore_index, loss.label_smoothing);
-    case LossType::Nll: return at::nll_loss_nd(out, tgt, weight, red, loss.ignore_index);
-    case LossType::Mse: return at::mse_loss(out, tgt, red);
-    case LossType::L1: return at::l1_loss(out, tgt, red);
-    case LossType::SmoothL1: return at::smooth_l1_loss(out, tgt, red, loss.beta);
-    case LossType::None:
-    case LossType::Model: break;
-  }
-  throw InternalError("compute_loss: no loss for type none");
-}
-
-
-// The loss of one batch, and whether it is finite. Never throws for a failing loss.
-// With `keep`, the loss is computed with autograd and stored there for backward().
-LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss, const c10::Device& device,
-                    bool sync, at::Tensor* keep = nullptr) {
-  LossResult r;
-  try {
-    at::AutoGradMode grad(keep != nullptr);
-    at::Tensor l = compute_loss(out, tgt, loss);
-    if (keep) *keep = l;
-    if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
-    // A CPU float loss is read where it lies: the copies would cost more than the loss.
-    at::Tensor host = l.is_cpu() && l.is_contiguous() && (l.scalar_type() == at::kFloat || l.scalar_type() == at::kDouble)
-                          ? l
-                          : l.detach().to(at::kCPU).to(at::kDouble).contiguous();
-    r.elements = static_cast<uint64_t>(host.numel());
-    auto scan = [&r](const auto* p) {
-      r.value = r.elements ? static_cast<double>(p[0]) : 0.0;
-      for (uint64_t i = 0; i < r.elements; ++i) {
-        if (!std::isfinite(p[i])) {
-          if (r.nonfinite == 0) r.value = static_cast<double>(p[i]);
-          ++r.nonfinite;
-        }
-      }
-    };
-    if (host.scalar_type() == at::kFloat) scan(host.data_ptr<float>());
-    else scan(host.data_ptr<double>());
-    r.ok = true;
-  } catch (const std::exception& e) {
-    r.error = parse_error_text(exception_message(e)).message;
-  }
-  return r;
-}
 
 // A batch's prediction and target, frozen: checked on the worker thread while the main
 // thread runs the next forward.
@@ -154,55 +75,6 @@ class ModelWarnings : public compat::WarningSink {
   std::mutex mu_;
   std::set<std::string> seen_;
 };
-
-bool plain_finite_rule(const ValueRule& r) { return r.finite && !r.lo && !r.hi && !r.class_index; }
-
-// A field's batch: a tensor, or a list of samples (loader.collate.list), each checked as a row.
-ValueStats check_value(const c10::IValue& v, const ValueRule& rule) {
-  if (v.isTensor()) return check_tensor(for_kernel(v.toTensor().detach()), rule);
-  ValueStats batch;
-  if (!v.isTensorList()) return batch;  // dicts of samples (detection targets): forward's to judge
-  const c10::List<at::Tensor> list = v.toTensorList();
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    add_sample(batch, check_tensor(for_kernel(list.get(i).detach().unsqueeze(0)), rule), i);
-  }
-  return batch;
-}
-
-bool floating_value(const c10::IValue& v) {
-  if (v.isTensor()) return at::isFloatingType(v.toTensor().scalar_type());
-  return v.isTensorList() && v.toTensorList().size() > 0 && at::isFloatingType(v.toTensorList().get(0).scalar_type());
-}
-
-// The batch's shape: a list of samples is [N, d...] with -1 where the samples differ.
-TensorMeta meta_of_value(const c10::IValue& v) {
-  if (v.isTensor()) return meta_of(v.toTensor());
-  TensorMeta m;
-  if (!v.isList()) return m;
-  const c10::List<c10::IValue> list = v.toList();
-  m.present = true;
-  m.shape = {static_cast<int64_t>(list.size())};
-  if (!v.isTensorList()) {
-    m.dtype = "dict";
-    return m;
-  }
-  const c10::List<at::Tensor> tensors = v.toTensorList();
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor t = tensors.get(i);
-    if (i == 0) {
-      TensorMeta first = meta_of(t);
-      m.dtype = first.dtype;
-      m.floating = first.floating;
-      m.shape.insert(m.shape.end(), first.shape.begin(), first.shape.end());
-      continue;
-    }
-    if (static_cast<std::size_t>(t.dim()) + 1 != m.shape.size()) return m;
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      if (m.shape[static_cast<std::size_t>(d) + 1] != t.size(d)) m.shape[static_cast<std::size_t>(d) + 1] = -1;
-    }
-  }
-  return m;
-}
 
 c10::IValue to_device(const c10::IValue& v, const c10::Device& device) {
   if (v.isTensor()) return v.toTensor().to(device);
@@ -397,7 +269,7 @@ class TorchBackend : public Backend {
       l.backward();
       synchronize();
       r.ok = true;
-      check_gradients(r);
+      check_gradients(model_->parameters(), r);
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
@@ -460,52 +332,6 @@ class TorchBackend : public Backend {
       device_ = dev.has_index() ? dev : c10::Device(c10::kCUDA, 0);
     } else {
       device_ = c10::Device(c10::kCPU);
-    }
-  }
-
-  // Gradients that are not finite, by parameter. One reduction per parameter and one
-  // host transfer; exact counts only for the parameters whose sum is not finite.
-  void check_gradients(BackwardResult& r) {
-    at::NoGradGuard no_grad;
-    const auto& params = model_->parameters();
-    std::vector<std::size_t> which;
-    std::vector<at::Tensor> grads;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const at::Tensor& g = params[i].second.grad();
-      if (!g.defined() || !at::isFloatingType(g.scalar_type())) continue;
-      which.push_back(i);
-      grads.push_back(g);
-    }
-    if (grads.empty()) return;
-    auto add = [&](std::size_t k, uint64_t nan, uint64_t inf) {
-      if (nan + inf == 0) return;
-      GradStats s{params[which[k]].first, static_cast<uint64_t>(grads[k].numel()), nan, inf};
-      if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
-      ++r.nonfinite_total;
-    };
-    const bool in_host_memory = std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
-      return g.is_cpu() && g.is_contiguous() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble);
-    });
-    if (in_host_memory) {
-      // The check kernel reads them where they lie: on small models the dispatches of the
-      // reductions below cost more than the gradients' size.
-      for (std::size_t k = 0; k < grads.size(); ++k) {
-        const at::Tensor& g = grads[k];
-        const auto n = static_cast<uint64_t>(g.numel());
-        const ValueStats v = g.scalar_type() == at::kFloat ? check_values(g.data_ptr<float>(), 1, n, ValueRule{})
-                                                           : check_values(g.data_ptr<double>(), 1, n, ValueRule{});
-        add(k, v.nan, v.inf);
-      }
-      return;
-    }
-    // One L1 norm per gradient in one call, one host transfer: a NaN or Inf anywhere makes
-    // its norm non-finite. Exact counts only for those (a finite overflow then counts 0).
-    at::Tensor norms = at::stack(at::_foreach_norm(grads, 1)).to(at::kDouble).to(at::kCPU).contiguous();
-    const double* v = norms.data_ptr<double>();
-    for (std::size_t k = 0; k < grads.size(); ++k) {
-      if (std::isfinite(v[k])) continue;
-      add(k, static_cast<uint64_t>(at::isnan(grads[k]).sum().item<int64_t>()),
-          static_cast<uint64_t>(at::isinf(grads[k]).sum().item<int64_t>()));
     }
   }
 

@@ -127,7 +127,18 @@ std::string load_cuda_runtime() {
 
 std::string libtorch_rest_note() {
   const std::string failure = load_cuda_runtime();
-  return failure.empty() ? "" : "; LibTorch's CUDA library and libtorch.so did not load: " + single_line(failure);
+  if (failure.empty()) return "";
+  // The load can fail after both libraries loaded (the CUDA checks): libtorch.so is then
+  // there, and not what the error is about.
+  const std::string path = cuda_library_path();
+  if (!path.empty()) {
+    const std::string rest = (std::filesystem::path(path).parent_path() / "libtorch.so").string();
+    if (void* h = ::dlopen(rest.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+      ::dlclose(h);
+      return "";
+    }
+  }
+  return "; LibTorch's CUDA library and libtorch.so did not load: " + single_line(failure);
 }
 
 std::string exception_message(const std::exception& e) {
