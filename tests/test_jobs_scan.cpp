@@ -6,6 +6,8 @@
 // here: LibTorch's reductions round differently with other thread counts.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -70,6 +72,30 @@ TEST(Jobs, EveryFindingScenarioReportsAsOneJob) {
       .model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", kBatchNorm}})
       .checks(R"({"probe_batch_sizes": [1, 2]})");
   cases.push_back({"BatchNorm tail and probes", bn.write_config(), ""});
+  // NaN inputs in the first batch turn the statistics NaN before the tail of 1 does: the tail
+  // is judged on its own, whether or not its job ran the first batch.
+  // Traced BatchNorm: the ATen op, without the check that raises on one value per channel.
+  ModuleSpec traced_bn{"BatchNorm1d",
+                       "def forward(self, x):\n"
+                       "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+                       "                            self.training, 0.1, 1e-5, False)\n",
+                       {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}, true}, {"running_var", {3}, {1, 1, 1}, true}},
+                       {}};
+  Workspace bn_nan("jobs-bn-nan");
+  bn_nan.inputs(9, 3, [](uint64_t i, uint64_t j) { return i == 1 && j == 0 ? std::nanf("") : 0.25f * static_cast<float>(i + j); })
+      .float_targets(zeros(9))
+      .model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", traced_bn}})
+      .checks(R"({"probe_batch_sizes": []})");
+  cases.push_back({"NaN inputs, then a BatchNorm tail", bn_nan.write_config(), ""});
+  // Two batches of one in a recorded order: each is judged on its own, whichever job ran the other.
+  Workspace bn_two("jobs-bn-two");
+  bn_two.inputs(10, 3, [](uint64_t i, uint64_t j) { return 0.25f * static_cast<float>(i + j); })
+      .float_targets(zeros(10))
+      .model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", traced_bn}})
+      .checks(R"({"probe_batch_sizes": []})")
+      .loader(R"({"order": "order.json"})");
+  std::ofstream(bn_two.file("order.json")) << "[[0, 1, 2, 3], [4], [5, 6, 7, 8], [9]]";
+  cases.push_back({"two BatchNorm batches of one", bn_two.write_config(), ""});
   // A crash at step 3: a forward-crash finding, and a fresh child goes on.
   Workspace crash("jobs-crash");
   crash.inputs(24, 3).float_targets(zeros(24)).model("def forward(self, x):\n    return x.sum(1, keepdim=True)\n");

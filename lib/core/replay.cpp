@@ -67,6 +67,11 @@ class Replayer {
   void collect_pending();
   void forward_failed(const BatchContext& ctx, const ForwardResult& fwd);
   void check_batchnorm_stats(const BatchContext& ctx);
+  // NaN inputs turn running statistics NaN at any batch size: that is input-nonfinite's
+  // finding, not a single value per channel.
+  bool single_value_check(const BatchContext& ctx, bool inputs_bad) const {
+    return cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size() == 1 && !inputs_bad;
+  }
   void run_backward(const BatchContext& ctx);
   void localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
                 BatchView& view);
@@ -184,6 +189,14 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     apply(ctx, emitted);
   }
   const bool inputs_bad = batch_has_error_;
+  if (single_value_check(ctx, inputs_bad) && !bad_batchnorm_.empty()) {
+    // Statistics an earlier batch of one made NaN would hide this batch's own: start it from
+    // the model as loaded (train-mode outputs never read the running statistics), so each
+    // batch of one is judged alone, as it is in whichever job of --jobs runs it.
+    collect_pending();
+    backend_.reset_model();
+    bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+  }
 
   ForwardResult fwd = backend_.forward();
   // The previous batch's post-forward stage ran during this forward: record it now,
@@ -195,9 +208,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());
-  // NaN inputs turn running statistics NaN at any batch size: that is input-nonfinite's
-  // finding, not a single value per channel.
-  if (cfg_.model.mode == Mode::Train && !model_.batchnorm_modules.empty() && ctx.size() == 1 && !inputs_bad) {
+  if (single_value_check(ctx, inputs_bad)) {
     check_batchnorm_stats(ctx);
   }
 
