@@ -72,8 +72,8 @@ TEST(Jobs, EveryFindingScenarioReportsAsOneJob) {
       .model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", kBatchNorm}})
       .checks(R"({"probe_batch_sizes": [1, 2]})");
   cases.push_back({"BatchNorm tail and probes", bn.write_config(), ""});
-  // NaN inputs in the first batch turn the statistics NaN before the tail of 1 does: the tail
-  // is judged on its own, whether or not its job ran the first batch.
+  // NaN inputs in the first batch turn the statistics NaN; the tail of 1 (3 values per channel)
+  // cannot: it is judged on its own, whether or not its job ran the first batch.
   // Traced BatchNorm: the ATen op, without the check that raises on one value per channel.
   ModuleSpec traced_bn{"BatchNorm1d",
                        "def forward(self, x):\n"
@@ -84,7 +84,10 @@ TEST(Jobs, EveryFindingScenarioReportsAsOneJob) {
   Workspace bn_nan("jobs-bn-nan");
   bn_nan.inputs(9, 3, [](uint64_t i, uint64_t j) { return i == 1 && j == 0 ? std::nanf("") : 0.25f * static_cast<float>(i + j); })
       .float_targets(zeros(9))
-      .model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", traced_bn}})
+      .model("def forward(self, x):\n    return self.bn.forward(x.view(x.size(0), 1, 3)).sum(2)\n", {},
+             {{"bn", ModuleSpec{"BatchNorm1d", traced_bn.source,
+                                {{"weight", {1}, {1}}, {"bias", {1}, {}}, {"running_mean", {1}, {}, true}, {"running_var", {1}, {1}, true}},
+                                {}}}})
       .checks(R"({"probe_batch_sizes": []})");
   cases.push_back({"NaN inputs, then a BatchNorm tail", bn_nan.write_config(), ""});
   // Two batches of one in a recorded order: each is judged on its own, whichever job ran the other.

@@ -2,6 +2,8 @@
 // defined in C++ and .npy data, scanned through the same run_cli() main() uses.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -325,6 +327,21 @@ TEST(ScanE2E, TracedBatchNormTurnsRunningVarNanWithoutRaising) {
   EXPECT_EQ(f["evidence"]["nonfinite_running_stats"], true);
   EXPECT_EQ(f["evidence"]["batchnorm_modules"], Json({"bn"}));
   EXPECT_EQ(s.scan({"--mode", "eval"}).code, 0);
+
+  // Over 3 positions a sample of one has 3 values per channel: its statistics stay finite.
+  // NaN inputs in the first batch turned them NaN earlier; the tail is not blamed for that.
+  ModuleSpec spatial{"BatchNorm1d", bn.source,
+                     {{"weight", {1}, {1}}, {"bias", {1}, {}}, {"running_mean", {1}, {}, true}, {"running_var", {1}, {1}, true}},
+                     {}};
+  Workspace n("traced_bn_nan");
+  n.inputs(9, 3, [](uint64_t i, uint64_t j) { return i == 1 && j == 0 ? std::nanf("") : 0.25f * static_cast<float>(i + j); })
+      .float_targets(zeros(9))
+      .model("def forward(self, x):\n    return self.bn.forward(x.view(x.size(0), 1, 3)).sum(2)\n", {}, {{"bn", spatial}})
+      .checks(R"({"probe_batch_sizes": []})");
+  auto nan = n.scan();
+  EXPECT_EQ(nan.code, 1);
+  EXPECT_EQ(one(nan, "input-nonfinite")["batch"], 0);
+  EXPECT_TRUE(with_id(nan.report, "batchnorm-single-value").empty()) << nan.report["findings"].dump(1);
 }
 
 TEST(ScanE2E, HardcodedBatchSize) {

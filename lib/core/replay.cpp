@@ -100,7 +100,7 @@ class Replayer {
   bool device_lost_ = false;
   ModelInfo model_;
   std::vector<std::string> input_names_;  // the backend's input fields, fixed for the scan
-  std::vector<std::string> bad_batchnorm_;  // BatchNorm modules whose statistics are already NaN
+  std::vector<std::string> loaded_bad_batchnorm_;  // BatchNorm statistics NaN in the file: not ours to report
   std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
   bool localize_ = true;
   std::map<std::string, unsigned> localized_;  // per finding id
@@ -189,13 +189,13 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     apply(ctx, emitted);
   }
   const bool inputs_bad = batch_has_error_;
-  if (single_value_check(ctx, inputs_bad) && !bad_batchnorm_.empty()) {
-    // Statistics an earlier batch of one made NaN would hide this batch's own: start it from
-    // the model as loaded (train-mode outputs never read the running statistics), so each
-    // batch of one is judged alone, as it is in whichever job of --jobs runs it.
+  if (single_value_check(ctx, inputs_bad) && backend_.nonfinite_batchnorm_stats() != loaded_bad_batchnorm_) {
+    // Statistics an earlier batch made NaN (a batch of one, NaN inputs or activations) would
+    // be taken for this batch's: start it from the model as loaded (train-mode outputs never
+    // read the running statistics), so each batch of one is judged alone, as it is in
+    // whichever job of --jobs runs it.
     collect_pending();
     backend_.reset_model();
-    bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
   }
 
   ForwardResult fwd = backend_.forward();
@@ -300,13 +300,12 @@ void Replayer::localize(const BatchContext& ctx, const std::vector<Emitted>& emi
 }
 
 void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
-  // Only a batch of one can give BatchNorm a single value per channel; NaN statistics
-  // stay NaN, so only modules that were finite before this batch count.
+  // Only a batch of one can give BatchNorm a single value per channel; the statistics were
+  // as loaded before it (see check_batch), so those NaN now are this batch's doing.
   std::vector<std::string> fresh;
   for (const auto& name : backend_.nonfinite_batchnorm_stats()) {
-    if (std::find(bad_batchnorm_.begin(), bad_batchnorm_.end(), name) == bad_batchnorm_.end()) {
+    if (std::find(loaded_bad_batchnorm_.begin(), loaded_bad_batchnorm_.end(), name) == loaded_bad_batchnorm_.end()) {
       fresh.push_back(name);
-      bad_batchnorm_.push_back(name);
     }
   }
   if (fresh.empty()) return;
@@ -335,7 +334,6 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
     if (!reset) {
       collect_pending();
       backend_.reset_model();
-      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
       reset = true;
     }
     std::vector<int64_t> probe(size);
@@ -371,7 +369,7 @@ void Replayer::run(const OrderFn& order) {
   backward_ = backward_enabled(cfg_);
   // Weights that are NaN in the file are every batch's root cause already (model-nonfinite).
   localize_ = cfg_.checks.root_cause && resume_.localize && model_root_cause(model_, cfg_.model.mode).is_null();
-  bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();  // already broken in the file: not ours to report
+  loaded_bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
   const Geometry& g = plan.geometry();
@@ -402,7 +400,6 @@ void Replayer::run(const OrderFn& order) {
     run_probes(total, data.samples);
     collect_pending();
     backend_.reset_model();  // the replay starts from the model as loaded
-    bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
   }
   std::vector<int64_t> indices, next;
   bool have_next = false;
@@ -419,7 +416,6 @@ void Replayer::run(const OrderFn& order) {
       // carry over from the previous rank's batches.
       collect_pending();
       backend_.reset_model();
-      bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
     }
     current_rank = rank;
     indices = have_next ? std::move(next) : indices_of(*step);

@@ -17,7 +17,10 @@ namespace batchcheck {
 at::Tensor for_kernel(at::Tensor t) {
   at::ScalarType st = t.scalar_type();
   // Already fit (the common case): no dispatch at all, which on small batches costs more than the check.
-  if ((st == at::kFloat || st == at::kDouble || st == at::kLong) && t.is_cpu() && t.is_contiguous()) return t;
+  if ((st == at::kFloat || st == at::kDouble || st == at::kLong) && t.layout() == at::kStrided && t.is_cpu() &&
+      t.is_contiguous()) {
+    return t;
+  }
   if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
   else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
   return t.to(at::kCPU).contiguous();
@@ -73,7 +76,8 @@ LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConf
     if (keep) *keep = l;
     if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
     // A CPU float loss is read where it lies: the copies would cost more than the loss.
-    at::Tensor host = l.is_cpu() && l.is_contiguous() && (l.scalar_type() == at::kFloat || l.scalar_type() == at::kDouble)
+    at::Tensor host = l.layout() == at::kStrided && l.is_cpu() && l.is_contiguous() &&
+                              (l.scalar_type() == at::kFloat || l.scalar_type() == at::kDouble)
                           ? l
                           : l.detach().to(at::kCPU).to(at::kDouble).contiguous();
     r.elements = static_cast<uint64_t>(host.numel());
@@ -160,7 +164,8 @@ void check_gradients(const std::vector<std::pair<std::string, at::Tensor>>& para
     ++r.nonfinite_total;
   };
   const bool in_host_memory = std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
-    return g.is_cpu() && g.is_contiguous() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble);
+    return g.layout() == at::kStrided && g.is_cpu() && g.is_contiguous() &&
+           (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble);
   });
   if (in_host_memory) {
     // The check kernel reads them where they lie: on small models the dispatches of the

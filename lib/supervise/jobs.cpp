@@ -109,7 +109,7 @@ class Jobs {
   std::optional<Clock::time_point> first_at_;
   uint64_t first_done_ = 0;
   pid_t first_pid_ = 0;
-  // A job that ends wakes the main thread: the scan's end is not a poll period late.
+  // The last job to end wakes the main thread: the scan's end is not a poll period late.
   std::mutex wake_mu_;
   std::condition_variable wake_;
 };
