@@ -14,13 +14,21 @@
 
 namespace batchcheck {
 
+namespace {
+
+// What the check kernel reads where it lies: no dispatch at all, which on small batches costs
+// more than the check.
+bool kernel_ready(const at::Tensor& t) {
+  const at::ScalarType st = t.scalar_type();
+  return (st == at::kFloat || st == at::kDouble || st == at::kLong) && t.layout() == at::kStrided && t.is_cpu() &&
+         t.is_contiguous();
+}
+
+}  // namespace
+
 at::Tensor for_kernel(at::Tensor t) {
-  at::ScalarType st = t.scalar_type();
-  // Already fit (the common case): no dispatch at all, which on small batches costs more than the check.
-  if ((st == at::kFloat || st == at::kDouble || st == at::kLong) && t.layout() == at::kStrided && t.is_cpu() &&
-      t.is_contiguous()) {
-    return t;
-  }
+  if (kernel_ready(t)) return t;  // the common case
+  const at::ScalarType st = t.scalar_type();
   if (st == at::kHalf || st == at::kBFloat16) t = t.to(at::kFloat);
   else if (!at::isFloatingType(st) && st != at::kLong) t = t.to(at::kLong);
   return t.to(at::kCPU).contiguous();
@@ -76,10 +84,7 @@ LossResult run_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConf
     if (keep) *keep = l;
     if (device.is_cuda() && sync) torch::cuda::synchronize(device.index());
     // A CPU float loss is read where it lies: the copies would cost more than the loss.
-    at::Tensor host = l.layout() == at::kStrided && l.is_cpu() && l.is_contiguous() &&
-                              (l.scalar_type() == at::kFloat || l.scalar_type() == at::kDouble)
-                          ? l
-                          : l.detach().to(at::kCPU).to(at::kDouble).contiguous();
+    at::Tensor host = kernel_ready(l) && l.is_floating_point() ? l : l.detach().to(at::kCPU).to(at::kDouble).contiguous();
     r.elements = static_cast<uint64_t>(host.numel());
     auto scan = [&r](const auto* p) {
       r.value = r.elements ? static_cast<double>(p[0]) : 0.0;
@@ -163,18 +168,11 @@ void check_gradients(const std::vector<std::pair<std::string, at::Tensor>>& para
     if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(s);
     ++r.nonfinite_total;
   };
-  const bool in_host_memory = std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
-    return g.layout() == at::kStrided && g.is_cpu() && g.is_contiguous() &&
-           (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble);
-  });
-  if (in_host_memory) {
+  if (std::all_of(grads.begin(), grads.end(), kernel_ready)) {
     // The check kernel reads them where they lie: on small models the dispatches of the
     // reductions below cost more than the gradients' size.
     for (std::size_t k = 0; k < grads.size(); ++k) {
-      const at::Tensor& g = grads[k];
-      const auto n = static_cast<uint64_t>(g.numel());
-      const ValueStats v = g.scalar_type() == at::kFloat ? check_values(g.data_ptr<float>(), 1, n, ValueRule{})
-                                                         : check_values(g.data_ptr<double>(), 1, n, ValueRule{});
+      const ValueStats v = check_tensor(grads[k], ValueRule{});
       add(k, v.nan, v.inf);
     }
     return;
