@@ -9,6 +9,7 @@
 
 #include "core/catalog.h"
 #include "core/errors.h"
+#include "core/escape.h"
 #include "core/json_input.h"
 #include "core/scan_setup.h"
 #include "core/shard.h"
@@ -90,7 +91,7 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
   const nlohmann::ordered_json report = read_ordered_json_file(path, path);
   require_report(report, path);
   ViewTargets v = view_targets(a);
-  refuse_overwriting_report(v, path);
+  refuse_clobbering(view_outputs(v), {{path, "the report being rendered"}});
   try {
     if (!v.junit && !v.markdown && !v.html && !v.github) {
       out << markdown_view(report);
@@ -180,15 +181,11 @@ int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
   cmd.fail_on = in.fail_on;
   cmd.verbosity = a.quiet ? -1 : 0;
   cmd.views = view_targets(a.views);
-  if (cmd.output_path && *cmd.output_path != "-") {
-    for (const auto& p : a.parts) {
-      std::error_code ec;
-      if (std::filesystem::exists(p, ec) && std::filesystem::equivalent(p, *cmd.output_path, ec)) {
-        throw InputError(*cmd.output_path, "-o", "is one of the parts being merged: refusing to overwrite it");
-      }
-    }
-  }
+  std::vector<RunFile> parts;
+  for (std::size_t i = 0; i < a.parts.size(); ++i) parts.push_back({a.parts[i], "part " + std::to_string(i + 1) + " being merged"});
+  if (cmd.output_path && *cmd.output_path != "-") check_writable(*cmd.output_path);
   check_view_targets(cmd.views);
+  refuse_clobbering(scan_outputs(cmd), parts);
   std::ostringstream progress;
   ScanResult result = merge_parts(in, progress);
   deliver_report(cmd, result, out, err);
@@ -342,7 +339,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         out << app.help();
         return 0;
       }
-      err << "batchcheck: error: " << single_line(e.what()) << " (see 'batchcheck --help')\n";
+      err << "batchcheck: error: " << terminal_text(single_line(e.what())) << " (see 'batchcheck --help')\n";
       return 2;
     }
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
@@ -358,8 +355,14 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   } catch (const InputError& e) {
     err << format_error(e) << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    // A config or a file that slipped past the size bounds, or a tight ulimit: the machine's
+    // limit, not a bug, and never a signal.
+    err << "batchcheck: error: out of memory: this command needed more memory than the process may take"
+           " (ulimit -v, a container's limit); give it more, or scan with a smaller batch size\n";
+    return 2;
   } catch (const std::exception& e) {
-    err << "batchcheck: internal error: " << single_line(e.what()) << " (this is a bug in batchcheck; please report it)\n";
+    err << "batchcheck: internal error: " << terminal_text(single_line(e.what())) << " (this is a bug in batchcheck; please report it)\n";
     return 3;
   }
 }

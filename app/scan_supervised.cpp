@@ -12,6 +12,9 @@
 #include <iostream>
 #include <stdexcept>
 #include <vector>
+#include <string>
+#include <new>
+#include <exception>
 
 #include "core/errors.h"
 #include "core/journal.h"
@@ -65,7 +68,27 @@ int run_engine_child() {
   // LibTorch first, the request after: a child started ahead of its request (the --jobs
   // default's standby) is ready when the request comes.
   const std::string path = module_path();
+  // LibTorch's static initializers run inside dlopen: one that throws (std::bad_alloc under a
+  // tight ulimit -v) would end in std::terminate's banner and SIGABRT. Said as the error
+  // line instead, so the parent prints one line and exits 2.
+  static JournalWriter* loading_journal = nullptr;
+  loading_journal = &journal;
+  const std::terminate_handler previous = std::set_terminate([] {
+    std::string what = "its initialization aborted";
+    try {
+      if (auto e = std::current_exception()) std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory while it initialized";
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+    loading_journal->error("input", "", "", "cannot load the scan engine (LibTorch): " + what +
+                                                "; if the address space is limited (ulimit -v), LibTorch needs more");
+    ::_exit(0);
+  });
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::set_terminate(previous);
   std::string request;
   std::vector<char> buf(1 << 16);  // on the heap: `ulimit -s` may be small
   for (;;) {

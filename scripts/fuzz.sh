@@ -16,7 +16,7 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-2}"
 source scripts/torch-env.sh
 env -u BUILD_DIR scripts/build.sh >/dev/null
 export BATCHCHECK_FUZZ_BIN="$PWD/${BC_BUILD_DIR}/app/batchcheck"
-for target in config npy file_kind pickle_check partial image scan; do
+for target in config npy file_kind pickle_check partial image views scan; do
   max_len=4096
   # A TorchScript archive seed is 3.5 KB; each input is a whole scan (about 0.5 s).
   [[ $target == scan ]] && max_len=16384

@@ -12,7 +12,7 @@ PACKAGES=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libjpeg-dev libpng-dev libwebp-dev
-  libxml2-utils
+  libxml2-utils libxml2-dev
   chromium-headless-shell fonts-dejavu-core
 )
 case $BC_TORCH in

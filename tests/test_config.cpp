@@ -458,3 +458,96 @@ TEST(Config, ListCollateAndTheModelsOwnLoss) {
                         "loss": {"type": "model", "aux": {"1": 1}}})"),
             R"(batchcheck: error: cfg.json: loss.aux: needs a loss "type" batchcheck computes: each extra output is compared with the target by that loss (with "model", forward's own loss already adds its heads))");
 }
+
+// Issue 29 (9): sizes a config asks for are bounded before anything is allocated for them.
+TEST(ConfigBounds, AFileOverEightMiBIsRefusedBeforeItIsParsed) {
+  // A hostile corpus's 50,000,000 probe sizes: the text alone is 100 MiB; parsed, it would
+  // take gigabytes before the 64-probe limit is checked.
+  std::string probes = "{\"probe_batch_sizes\": [";
+  probes.reserve(100u << 20);
+  for (int i = 0; i < 50'000'000 - 1; ++i) probes += "1,";
+  probes += "1]}";
+  std::string text = with("checks", probes);
+  text.resize(100u << 20, ' ');  // trailing whitespace: exactly 100 MiB of valid JSON
+  EXPECT_EQ(error_of(text), "batchcheck: error: cfg.json: the file is 104857600 bytes (100 MiB); a config file may be at most "
+                            "8 MiB (8388608 bytes): its settings take a few KB, its longest lists (loss.weight, one value "
+                            "per class) a few MB");
+  // At the limit it is read (and the list refused by its own bound).
+  std::string small = with("checks", many_probes());
+  small.resize(8u << 20, ' ');
+  EXPECT_EQ(error_of(small), "batchcheck: error: cfg.json: checks.probe_batch_sizes: at most 64 probe sizes, got 66");
+}
+
+TEST_F(ConfigFiles, AFileOverEightMiBIsRefusedBeforeItIsRead) {
+  const std::string path = (dir_ / "cfg.json").string();
+  std::string text = kMinimal;
+  text.resize(9u << 20, ' ');
+  std::ofstream(path) << text;
+  EXPECT_EQ(error_loading(path), "batchcheck: error: " + path + ": the file is 9437184 bytes (9 MiB); a config file may be at "
+                                 "most 8 MiB (8388608 bytes): its settings take a few KB, its longest lists (loss.weight, one "
+                                 "value per class) a few MB");
+}
+
+TEST(ConfigBounds, WorldSizeIsBoundedByTheRanksAReplayCanHold) {
+  // 2^63 ranks: the replay would list every rank (and exit 3 or terminate on bad_alloc).
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "world_size": 9223372036854775808})")),
+            "batchcheck: error: cfg.json: loader.world_size: at most 1048576 ranks (2^20), got 9223372036854775808: the "
+            "replay checks every rank and keeps state for each, at least 8 bytes a rank for the list of ranks alone (64 EiB here)");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "world_size": 1048577})")),
+            "batchcheck: error: cfg.json: loader.world_size: at most 1048576 ranks (2^20), got 1048577: the replay checks "
+            "every rank and keeps state for each, at least 8 bytes a rank for the list of ranks alone (8 MiB here)");
+  Config c = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "world_size": 1048576})"), "/base");
+  EXPECT_EQ(c.loader.world_size, 1048576u);
+  EXPECT_EQ(c.loader.sampler, SamplerKind::Distributed);
+}
+
+TEST(ConfigBounds, PadToMultipleOfIsBounded) {
+  const auto loader = [](const std::string& m) {
+    return with("loader", R"({"batch_size": 8, "collate": {"pad": {"inputs": 0}, "pad_to_multiple_of": )" + m + "}}");
+  };
+  EXPECT_EQ(error_of(loader("4611686018427387904")),
+            "batchcheck: error: cfg.json: loader.collate.pad_to_multiple_of: expected at most 1048576 (2^20), got "
+            "4611686018427387904: every padded field of a batch is rounded up to a multiple of it, so one int64 sample "
+            "alone would take 32 EiB");
+  EXPECT_EQ(parse_config("cfg.json", loader("1048576"), "/base").loader.collate.pad_to_multiple_of, 1048576u);
+}
+
+TEST(ConfigBounds, ImageSizesAreBoundedByTheirPixels) {
+  const auto transform = [](const std::string& t) {
+    return with("data", R"({"format": "imagefolder", "path": "train", "transform": )" + t + "}");
+  };
+  EXPECT_EQ(error_of(transform(R"({"resize": [16384, 16384]})")),
+            "batchcheck: error: cfg.json: data.transform.resize: 16384 x 16384 is 268435456 pixels, at most 67108864 "
+            "(8192 x 8192): ToTensor makes 12 bytes a pixel (3 float32 channels), so one image would take 3 GiB");
+  EXPECT_EQ(error_of(transform(R"({"resize": 9000})")),
+            "batchcheck: error: cfg.json: data.transform.resize: a smaller edge of 9000 makes at least 9000 x 9000 = "
+            "81000000 pixels, at most 67108864 (8192 x 8192): ToTensor makes 12 bytes a pixel (3 float32 channels), so one "
+            "image would take 927 MiB");
+  EXPECT_EQ(error_of(transform(R"({"center_crop": [16384, 4097]})")),
+            "batchcheck: error: cfg.json: data.transform.center_crop: 16384 x 4097 is 67125248 pixels, at most 67108864 "
+            "(8192 x 8192): ToTensor makes 12 bytes a pixel (3 float32 channels), so one image would take 768 MiB");
+  Config c = parse_config("cfg.json", transform(R"({"resize": 8192, "center_crop": [16384, 4096]})"), "/base");
+  EXPECT_EQ(c.data.transform.resize->height, 8192);
+  EXPECT_EQ(c.data.transform.center_crop->width, 4096);
+}
+
+TEST(ConfigBounds, FieldListsAreBounded) {
+  // Each field is a tensor of every batch; the cross-checks compare these lists with each other.
+  std::string list = "[\"f0\"", map = "{\"f0\": \"f0.npy\"", pads = "{\"f0\": 0", masks = "{\"m0\": \"f0\"";
+  for (int i = 1; i <= 1024; ++i) {
+    const std::string n = std::to_string(i);
+    list += ", \"f" + n + "\"";
+    map += ", \"f" + n + "\": \"f" + n + ".npy\"";
+    pads += ", \"f" + n + "\": 0";
+    masks += ", \"m" + n + "\": \"f0\"";
+  }
+  list += "]", map += "}", pads += "}", masks += "}";
+  EXPECT_EQ(error_of(with("model", R"({"path": "m.pt", "inputs": )" + list + "}")),
+            "batchcheck: error: cfg.json: model.inputs: at most 1024 inputs, got 1025: each is a tensor of every batch");
+  EXPECT_EQ(error_of(with("data", R"({"inputs": )" + map + R"(, "targets": "y.npy"})")),
+            "batchcheck: error: cfg.json: data.inputs: at most 1024 fields, got 1025: each is a tensor of every batch");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": )" + pads + "}}")),
+            "batchcheck: error: cfg.json: loader.collate.pad: at most 1024 padded fields, got 1025: each is a tensor of every batch");
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {"f0": 0}, "mask": )" + masks + "}}")),
+            "batchcheck: error: cfg.json: loader.collate.mask: at most 1024 generated masks, got 1025: each is a tensor of every batch");
+}

@@ -120,3 +120,55 @@ TEST(BatchPlan, UsesTheGivenOrder) {
   EXPECT_EQ(plan.batch_indices(0, 1), (std::vector<int64_t>{2}));
   EXPECT_THROW(BatchPlan(compute_geometry(spec(5, 3)), {0, 1}), InternalError);
 }
+
+// Issue 29 (9): sizes from a config or a data file never wrap.
+TEST(Geometry, AWorldOfTwoToThe63RanksIsArithmeticOnly) {
+  Geometry g = compute_geometry(spec(10, 2, uint64_t{1} << 63));
+  EXPECT_EQ(g.samples_per_rank, 1u);
+  EXPECT_EQ(g.padded_samples, (uint64_t{1} << 63) - 10);
+  EXPECT_EQ(g.batches_per_rank, 1u);
+  EXPECT_EQ(g.dropped_total(), 0u);
+  EXPECT_EQ(g.delivered_padding(), (uint64_t{1} << 63) - 10);
+  BatchPlan plan(g, {});
+  uint64_t rank = 0;
+  EXPECT_EQ(plan.padded_sample(g.padded_samples - 1, &rank), 7);  // slot 2^63 - 1 is sample (2^63 - 1) mod 10
+  EXPECT_EQ(rank, (uint64_t{1} << 63) - 1);
+  EXPECT_EQ(plan.batch_indices((uint64_t{1} << 63) - 1, 0), (std::vector<int64_t>{7}));
+  Geometry cut = compute_geometry(spec(10, 2, uint64_t{1} << 63, false, true));
+  EXPECT_EQ(cut.samples_per_rank, 0u);
+  EXPECT_EQ(cut.dropped_total(), 10u);
+}
+
+TEST(BatchPlan, PaddingPastTwoToThe64DoesNotWrap) {
+  // N = 2^64 - 1, W = 2^63 + 1: the padded list is 2^64 + 2 long; its last slot, N + 2 = 2^64 + 1,
+  // goes to rank 2^63 and repeats sample 2 (it wrapped to slot 1: rank 1, sample 1).
+  Geometry g = compute_geometry(spec(UINT64_MAX, 2, (uint64_t{1} << 63) + 1));
+  ASSERT_EQ(g.padded_samples, 3u);
+  BatchPlan plan(g, {});
+  uint64_t rank = 0;
+  EXPECT_EQ(plan.padded_sample(2, &rank), 2);
+  EXPECT_EQ(rank, uint64_t{1} << 63);
+}
+
+TEST(Geometry, DatasetSizeForATailSaturatesInsteadOfWrapping) {
+  // 2^64 - 2 samples end on a batch of 6 of 8; a tail of 7 needs 2^64 - 1 samples, a tail of 1
+  // more than 2^64 (it came out as 1).
+  Geometry g = compute_geometry(spec(UINT64_MAX - 1, 8));
+  EXPECT_EQ(dataset_size_for_tail(g, 7), UINT64_MAX);
+  EXPECT_EQ(dataset_size_for_tail(g, 1), UINT64_MAX);
+  EXPECT_EQ(dataset_size_for_tail(compute_geometry(spec(1041, 8)), 4), 1044u);
+  EXPECT_EQ(dataset_size_for_tail(compute_geometry(spec(1041, 8)), UINT64_MAX), UINT64_MAX);  // a probe size from a config
+}
+
+TEST(BatchPlan, ABatchWhoseIndicesCannotBeAllocatedIsAnInputError) {
+  // A batch of 2^59 one-byte samples: 512 PiB of data, and first 4 EiB of int64 indices.
+  BatchPlan plan(compute_geometry(spec(uint64_t{1} << 59, uint64_t{1} << 59)), {});
+  try {
+    plan.batch_indices(0, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(format_error(e), "batchcheck: error: loader.batch_size: a batch of 576460752303423488 samples needs 4 EiB for its "
+                               "sample indices alone, and allocating them failed: not enough memory (RAM, or the limit of "
+                               "ulimit -v) for this batch size");
+  }
+}

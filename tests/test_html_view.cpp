@@ -132,3 +132,14 @@ TEST(HtmlView, AMillionBatchReportStaysSmall) {
   EXPECT_NE(page.find("… and "), std::string::npos);  // the finding's batches are listed in part
   EXPECT_NE(page.find("Each point summarizes 500 consecutive batches"), std::string::npos);
 }
+
+// A long text is cut at a character, not inside one (the cut half showed as U+FFFD).
+TEST(HtmlView, CutsLongTextBetweenCharacters) {
+  Json r = seed_report();
+  r["findings"][0]["message"] = std::string(3999, 'a') + "\xC3\xA9" + std::string(100, 'b');
+  const std::string page = html_view(r);
+  EXPECT_EQ(page.find("\xEF\xBF\xBD"), std::string::npos);
+  EXPECT_NE(page.find("<p>" + std::string(3999, 'a') + " … (102 more bytes in the JSON report)</p>"), std::string::npos);
+  // The table's cell: the first 300 bytes of the message, which end inside no character here.
+  EXPECT_NE(page.find("<td>" + std::string(300, 'a') + "</td>"), std::string::npos);
+}

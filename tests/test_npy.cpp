@@ -126,3 +126,48 @@ TEST_F(NpyFiles, MissingFileAndDirectory) {
     EXPECT_EQ(format_error(e), "batchcheck: error: dir: is a directory, expected a .npy file");
   }
 }
+
+// Issue 29 (9): a zero-width sample makes the byte count 0, so the file no longer bounds the
+// sample dimension; every other use of the shape must still fit.
+TEST(NpyHeader, ZeroWidthSamplesAreBoundedByTheirCount) {
+  const std::string expected =
+      "batchcheck: error: x.npy: npy header: shape (2305843009213693952, 0) has samples of no data, so its file does not "
+      "bound their count: 2305843009213693952 samples would take 16 EiB as the sampler's int64 order; an array with "
+      "zero-width samples may hold at most 268435456 (2^28)";
+  EXPECT_EQ(error_of(header_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (2305843009213693952, 0), }")), expected);
+  EXPECT_EQ(error_of(header_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2305843009213693952, 0), }")), expected);
+  // At the bound it is an ordinary (empty-sampled) array.
+  auto h = parse_npy_header("x.npy", header_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (268435456, 3, 0), }"));
+  EXPECT_EQ(h.row_bytes, 0u);
+  EXPECT_EQ(h.shape[0], 268435456u);
+}
+
+TEST(NpyHeader, AZeroDoesNotHideADimensionThatOverflows) {
+  // numpy's own rule: the nonzero dimensions' product must fit, so every dimension is an int64.
+  EXPECT_EQ(error_of(header_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5, 0, 18446744073709551615), }")),
+            "batchcheck: error: x.npy: npy header: the shape's element count overflows");
+  EXPECT_EQ(error_of(header_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (0, 9223372036854775808), }")),
+            "batchcheck: error: x.npy: npy header: the shape's element count overflows");
+  EXPECT_EQ(parse_npy_header("x.npy", header_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 1024, 1024), }")).row_bytes,
+            8u << 20);
+}
+
+TEST_F(NpyFiles, AZeroWidthFileClaimingTwoToThe61SamplesIsRefused) {
+  std::string bytes = header_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (2305843009213693952, 0), }\n");
+  std::ofstream(path("z.npy"), std::ios::binary) << bytes;
+  try {
+    NpyFile f("z.npy", path("z.npy"));
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(format_error(e), "batchcheck: error: z.npy: npy header: shape (2305843009213693952, 0) has samples of no data, so "
+                               "its file does not bound their count: 2305843009213693952 samples would take 16 EiB as the "
+                               "sampler's int64 order; an array with zero-width samples may hold at most 268435456 (2^28)");
+  }
+}
+
+TEST(NpyHeader, AtMost64Dimensions) {
+  std::string shape = "(1";
+  for (int i = 0; i < 64; ++i) shape += ", 1";
+  EXPECT_EQ(error_of(header_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + "), }")),
+            "batchcheck: error: x.npy: npy header: the shape has 65 dimensions; numpy allows at most 64");
+}

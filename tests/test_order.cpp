@@ -2,6 +2,10 @@
 // geometry and batches they give.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "core/errors.h"
@@ -105,4 +109,72 @@ TEST(Order, GeometryAndBatchesComeFromTheRecord) {
   EXPECT_EQ(f2[0].id, "tail-batch-partial");
   EXPECT_EQ(f2[0].occurrences.size(), 2u);
   EXPECT_EQ(f2[0].message, "the last batch (index 1) of the recorded order (order.json) holds 2 of 3 samples on ranks 0, 1");
+}
+
+// Issue 29 (9): what a recorded order costs is bounded by the order, never by the dataset,
+// and the order itself is bounded.
+TEST(Order, AHugeDatasetCostsTheOrdersMemoryNotTheDatasets) {
+  // A zero-width .npy may claim 2^61 samples: a bitmap of them would be 256 PiB.
+  Geometry g = recorded("[[0, 5], [5, 2]]", uint64_t{1} << 61, 2);
+  EXPECT_EQ(g.recorded_undelivered, (uint64_t{1} << 61) - 3);
+  EXPECT_EQ(g.dropped_total(), (uint64_t{1} << 61) - 3);
+  EXPECT_EQ(g.samples_per_rank, 4u);
+}
+
+TEST(Order, MoreRanksThanAReplayHoldsAreRefused) {
+  std::string ranks = "{\"ranks\": [[]";
+  for (uint64_t r = 1; r < kMaxWorldSize; ++r) ranks += ", []";
+  EXPECT_EQ(parse_order("order.json", ranks + "]}").ranks.size(), kMaxWorldSize);
+  EXPECT_EQ(error_of(ranks + ", []]}"), "batchcheck: error: order.json: ranks[1048576]: more than 1048576 ranks (2^20), the "
+                                        "most batchcheck replays: it checks every rank and keeps state for each");
+}
+
+TEST(Order, BatchesPastTheMemoryBoundAreRefusedWhereTheyAre) {
+  // A rank costs 24 bytes, a batch 56, an index 8: the third index passes 96 bytes.
+  EXPECT_EQ(parse_order("order.json", "[[0, 1], [2]]", 160).ranks[0].size(), 2u);
+  try {
+    parse_order("order.json", "[[0, 1, 2], [3, 4]]", 96);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(format_error(e), "batchcheck: error: order.json: [0][2]: the recorded batches take more than 96 bytes in memory "
+                               "by here (8 bytes a sample index, 56 a batch), the most batchcheck holds of a recorded order");
+  }
+}
+
+TEST(Order, StreamedFromTheFileWithErrorsInTheUsersTerms) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("batchcheck_order_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto load_error = [&](const std::string& text) {
+    std::ofstream((dir / "order.json").string()) << text;
+    try {
+      load_order("order.json", (dir / "order.json").string());
+    } catch (const InputError& e) {
+      return format_error(e);
+    }
+    return std::string("(no error)");
+  };
+  std::ofstream((dir / "ok.json").string()) << R"({"samples": 4, "ranks": [[[0, 2]], [[1, 3]]]})";
+  RecordedOrder ok = load_order("ok.json", (dir / "ok.json").string());
+  EXPECT_EQ(ok.ranks[1][0], (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(ok.samples, 4u);
+  EXPECT_EQ(load_error("[[0, 1],\n [2,, 3]]"),
+            "batchcheck: error: order.json: 2:5: syntax error while parsing value - unexpected ','; expected '[', '{', or a literal");
+  EXPECT_EQ(load_error("  \n"), "batchcheck: error: order.json: 1:1: the file is empty; expected a JSON object");
+  EXPECT_EQ(load_error("[[0, 1e99999]]"), "batchcheck: error: order.json: 1:6: number overflow parsing '1e99999'");
+  EXPECT_EQ(load_error("[[0],\n [1],\n [1e99999]]"), "batchcheck: error: order.json: 3:3: number overflow parsing '1e99999'");
+  EXPECT_EQ(error_of("[[0],\n [1],\n [1e99999]]"), "batchcheck: error: order.json: 3:3: number overflow parsing '1e99999'");
+  EXPECT_EQ(load_error(R"({"samples": -1, "ranks": [[[0]]]})"),
+            "batchcheck: error: order.json: samples: expected a non-negative integer, got -1");
+  EXPECT_EQ(load_error(R"({"samples": 1})"), "batchcheck: error: order.json: ranks: missing required key");
+  EXPECT_EQ(load_error(R"({"ranks": []})"),
+            "batchcheck: error: order.json: ranks: expected an array with one array of batches per rank, got an array");
+  EXPECT_EQ(load_error(R"({"ranks": [[[0]], 3]})"),
+            "batchcheck: error: order.json: ranks[1]: expected an array of batches (arrays of sample indices), got 3");
+  EXPECT_EQ(load_error(R"({"ranks": [[[0], {"a": 1}]]})"),
+            "batchcheck: error: order.json: ranks[0][1]: expected a batch: an array of sample indices, got an object");
+  EXPECT_EQ(load_error("[[0, [1]]]"), "batchcheck: error: order.json: [0][1]: expected a sample index (an integer >= 0), got an array");
+  EXPECT_EQ(load_error("[[0]] [[1]]"),
+            "batchcheck: error: order.json: 1:7: syntax error while parsing value - unexpected '['; expected end of input");
+  fs::remove_all(dir);
 }

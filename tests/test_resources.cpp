@@ -185,6 +185,19 @@ TEST(Resources, BatchLargerThanMemoryIsExit2NamingTheSize) {
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
 }
 
+// An address space too small for LibTorch's own start-up (its static initializers throw
+// std::bad_alloc inside dlopen): one error line and exit 2, never terminate's banner or a signal.
+TEST(Resources, AnEngineThatCannotStartInItsAddressSpaceIsOneLineAndExit2) {
+  if (kAsan) GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow memory: no ulimit -v under it";
+  Workspace w("res-tiny-as");
+  setup(w);
+  LimitRun r = scan(w, "ulimit -v 409600", w.file("report.json"));  // 400 MiB
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(one_error_line(r.err)) << r.err;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ulimit -v"), std::string::npos) << r.err;
+}
+
 // A torch.save dataset is mapped, not read into memory: the scan's peak memory is the same for
 // 40 MB and 400 MB of data (it was the whole file twice over: bytes, then tensors).
 TEST(Resources, LargePtDatasetMemoryDoesNotGrowWithTheFile) {

@@ -602,7 +602,7 @@ TEST(ScanE2E, ReportNeverOverwritesAnInputAndALostReportIsNotAPass) {
     std::ostringstream out, err;
     EXPECT_EQ(run_cli({"scan", s.file("cfg.json"), "-o", path, "-q"}, out, err), 2) << name;
     EXPECT_NE(err.str().find(": -o: is the "), std::string::npos) << err.str();
-    EXPECT_NE(err.str().find("refusing to overwrite an input with the report"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find(", an input of this run: refusing to overwrite it"), std::string::npos) << err.str();
     EXPECT_EQ(read_bytes(path), before) << name << " was modified";
   }
   std::ostringstream closed, err;

@@ -146,6 +146,13 @@ const std::vector<FindingInfo> kCatalog = {
      "the training process dies: SIGSEGV inside LibTorch or an extension, an abort, the OOM killer (SIGKILL)",
      "a custom operator's bug, an out-of-memory batch",
      "reproduce, drop-last, batch-size-divisor"},
+    {"batch-out-of-memory", Severity::Error, "forward",
+     "an allocation failed while checking this batch (forward, loss or backward)",
+     "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes; "
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate N GiB",
+     "a batch size too large for the device's memory; an op that materializes a huge tensor (expand + "
+     "contiguous, an outer product) only at some batch shapes",
+     "smaller-batch-size, reproduce"},
     {"forward-timeout", Severity::Error, "forward",
      "the batch ran longer than --batch-timeout",
      "the training process hangs",

@@ -1,5 +1,8 @@
 #include "core/classify.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace batchcheck {
 
 namespace {
@@ -44,8 +47,37 @@ bool is_dtype_mismatch_error(const std::string& m) {
 
 bool is_device_assert(const std::string& m) { return contains(m, "device-side assert triggered"); }
 
+bool is_out_of_memory(const std::string& m) {
+  return contains_any(m, {"can't allocate memory", "CUDA out of memory", "std::bad_alloc", "OutOfMemoryError"});
+}
+
+std::optional<uint64_t> allocation_bytes(const std::string& m) {
+  // CPU: "you tried to allocate 8796093022208 bytes"; CUDA: "Tried to allocate 2.00 GiB".
+  auto number_after = [&](const char* lead) -> std::optional<double> {
+    const auto p = m.find(lead);
+    if (p == std::string::npos) return std::nullopt;
+    const char* begin = m.c_str() + p + std::strlen(lead);
+    char* end = nullptr;
+    const double v = std::strtod(begin, &end);
+    if (end == begin || !(v >= 0) || v > 1.8e19) return std::nullopt;
+    return v;
+  };
+  if (auto v = number_after("tried to allocate ")) return static_cast<uint64_t>(*v);
+  if (auto v = number_after("Tried to allocate ")) {
+    const std::string unit = m.substr(m.find("Tried to allocate ") + 18);
+    const auto space = unit.find(' ');
+    const std::string u = space == std::string::npos ? "" : unit.substr(space + 1, 3);
+    const double scale = u.rfind("GiB", 0) == 0 ? 1073741824.0 : u.rfind("MiB", 0) == 0 ? 1048576.0
+                         : u.rfind("KiB", 0) == 0 ? 1024.0 : u.rfind("TiB", 0) == 0 ? 1099511627776.0 : 1.0;
+    if (*v * scale > 1.8e19) return std::nullopt;
+    return static_cast<uint64_t>(*v * scale);
+  }
+  return std::nullopt;
+}
+
 std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch) {
   if (is_device_assert(message)) return "cuda-device-assert";
+  if (is_out_of_memory(message)) return "batch-out-of-memory";
   if (contains(message, "Expected more than 1 value per channel when training")) return "batchnorm-single-value";
   if (largest_ok_batch > batch_size && is_shape_error(message)) return "hardcoded-batch-size";
   return "forward-error";

@@ -2,6 +2,7 @@
 // Forward failures → finding ids, and the CUDA message each fault gives on a GPU: tables
 // of the error texts LibTorch raises (see the README's field notes on CPU vs CUDA).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace batchcheck {
@@ -13,7 +14,7 @@ inline constexpr const char* kClass = "Assertion `t >= 0 && t < n_classes` faile
 inline constexpr const char* kClassNone = "Assertion `cur_target >= 0 && cur_target < n_classes` failed.";
 }  // namespace cuda_text
 
-// batchnorm-single-value, hardcoded-batch-size or forward-error. largest_ok_batch is the
+// batchnorm-single-value, hardcoded-batch-size, batch-out-of-memory or forward-error. largest_ok_batch is the
 // largest batch size whose forward succeeded so far (0 if none).
 std::string classify_forward_error(const std::string& message, uint64_t batch_size, uint64_t largest_ok_batch);
 
@@ -26,6 +27,11 @@ bool is_dtype_mismatch_error(const std::string& message);
 // "CUDA error: device-side assert triggered": a kernel's assertion fired, and the CUDA
 // context is unusable for the rest of the process.
 bool is_device_assert(const std::string& message);
+
+// An allocation that failed (LibTorch's CPU or CUDA allocator, or std::bad_alloc): the batch
+// needs more memory than the device has. allocation_bytes: the bytes it asked for, when said.
+bool is_out_of_memory(const std::string& message);
+std::optional<uint64_t> allocation_bytes(const std::string& message);
 
 // The device-side assert the same indexing fault fires on CUDA, or "".
 std::string cuda_equivalent_of_forward_error(const std::string& message);

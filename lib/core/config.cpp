@@ -280,13 +280,13 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
   c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward", "root_cause"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
-  if (auto p = c.uint_list("probe_batch_sizes", 1)) {
-    // Each probe is a forward on a fresh model: a list this long is a mistake, not a plan.
-    if (p->size() > kMaxProbeSizes) {
-      c.fail("probe_batch_sizes", "at most " + std::to_string(kMaxProbeSizes) + " probe sizes, got " + std::to_string(p->size()));
-    }
-    out.probe_batch_sizes = *p;
+  // Each probe is a forward on a fresh model: a list this long is a mistake, not a plan.
+  // Counted on the parsed array, before a vector is built from it. A probe's size needs no
+  // bound of its own: sizes above the dataset's sample count are skipped.
+  if (const json* p = c.find("probe_batch_sizes"); p && p->is_array() && p->size() > kMaxProbeSizes) {
+    c.fail("probe_batch_sizes", "at most " + std::to_string(kMaxProbeSizes) + " probe sizes, got " + std::to_string(p->size()));
   }
+  if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
   out.max_batches = c.uint("max_batches").value_or(0);
   out.backward = c.boolean("backward");
   out.root_cause = c.boolean("root_cause").value_or(true);
@@ -380,13 +380,38 @@ Config config_from_json(const std::string& display_path, const json& root, const
 }
 }  // namespace
 
+namespace {
+
+// A config holds a few KB of settings; its longest lists (loss.weight, one number per class)
+// take a few MB even for 100k classes. Refusing larger files before parsing bounds what the
+// parsed JSON can take (a few dozen bytes per value: at most a few hundred MB) whatever the
+// file holds, e.g. a list of 50 million probe sizes.
+constexpr uint64_t kMaxConfigBytes = uint64_t{8} << 20;
+
+void check_config_size(const std::string& display_path, uint64_t bytes) {
+  if (bytes <= kMaxConfigBytes) return;
+  throw InputError(display_path, "",
+                   "the file is " + std::to_string(bytes) + " bytes (" + format_bytes(bytes) + "); a config file may be at most " +
+                       format_bytes(kMaxConfigBytes) + " (" + std::to_string(kMaxConfigBytes) +
+                       " bytes): its settings take a few KB, its longest lists (loss.weight, one value per class) a few MB");
+}
+
+}  // namespace
+
 Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir) {
+  check_config_size(display_path, text.size());
   return config_from_json(display_path, parse_json_text(display_path, text), base_dir);
 }
 
 Config load_config(const std::string& path) {
-  // read_json_file reports unreadable files, directories and syntax errors.
-  return config_from_json(path, read_json_file(path, path), fs::path(path).parent_path().string());
+  // Refused before reading when the file says its size; the text is checked again in case
+  // it grew meanwhile. read_json_file reports unreadable files, directories and syntax errors.
+  std::error_code ec;
+  const auto size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  if (!ec) check_config_size(path, size);
+  const std::string text = read_text_file(path, path);
+  check_config_size(path, text.size());
+  return config_from_json(path, parse_json_text(path, text), fs::path(path).parent_path().string());
 }
 
 }  // namespace batchcheck

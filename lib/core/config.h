@@ -146,6 +146,7 @@ struct LoaderConfig {
   uint64_t accumulation_steps = 1;
   // loader.order: the batches recorded from the user's own loader replace the sampler.
   std::shared_ptr<const RecordedOrder> order;
+  std::string order_path;  // its file, resolved (never written over: scan_setup)
   // DataLoader arguments accepted so a user can paste theirs, but which do not change
   // which samples land in which batch (num_workers, pin_memory, ...): named in the report.
   std::vector<std::string> ignored_keys;

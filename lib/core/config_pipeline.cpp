@@ -3,6 +3,7 @@
 
 #include "core/config_parts.h"
 #include "core/errors.h"
+#include "core/geometry.h"
 #include "core/order.h"
 #include "core/text.h"
 
@@ -11,6 +12,18 @@ namespace batchcheck {
 using nlohmann::json;
 
 namespace {
+
+// Fields a batch carries (model.inputs, data.inputs, collate.pad, collate.mask): each is a
+// tensor of every batch, and of .npy data a file held open. A forward takes a few dozen at
+// most; bounding them also keeps the cross-checks between these lists (each against each) cheap.
+constexpr std::size_t kMaxFields = 1024;
+
+void check_field_count(const JsonObject& o, const std::string& key, std::size_t n, const std::string& what) {
+  if (n > kMaxFields) {
+    o.fail(key, "at most " + std::to_string(kMaxFields) + " " + what + ", got " + std::to_string(n) +
+                    ": each is a tensor of every batch");
+  }
+}
 
 // "collate": "default", or {"pad": {"inputs": 0, "targets": -100}, "pad_to_multiple_of": 8}.
 void parse_collate(const JsonObject& l, CollateConfig& out) {
@@ -36,6 +49,7 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
     const JsonObject pad = co.object("pad");
     const json& fields = *co.find("pad");
     if (!fields.is_object()) co.fail("pad", "expected an object of field -> padding value, e.g. {\"inputs\": 0}, got " + describe_json(fields));
+    check_field_count(co, "pad", fields.size(), "padded fields");
     for (const auto& item : fields.items()) {
       if (auto v = pad.number(item.key())) out.pad.emplace_back(item.key(), *v);
     }
@@ -43,6 +57,15 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
   }
   if (auto m = co.uint("pad_to_multiple_of", 1)) {
     if (!out.pads()) co.fail("pad_to_multiple_of", "only used with \"pad\" (the lengths of padded fields are rounded up)");
+    // Every padded field of a batch is rounded up to a multiple of it, so it sizes each
+    // batch: 8 to 128 is what tensor cores want, a model's whole context (4096, 128k tokens)
+    // the most anyone pads to; 2^20 stays far above that and keeps the rounding in int64.
+    constexpr uint64_t kMaxPadMultiple = uint64_t{1} << 20;
+    if (*m > kMaxPadMultiple) {
+      co.fail("pad_to_multiple_of", "expected at most " + std::to_string(kMaxPadMultiple) + " (2^20), got " + std::to_string(*m) +
+                                        ": every padded field of a batch is rounded up to a multiple of it, so one int64 sample "
+                                        "alone would take " + format_bytes(static_cast<long double>(*m) * 8));
+    }
     out.pad_to_multiple_of = *m;
   }
   if (co.has("mask")) {
@@ -50,6 +73,7 @@ void parse_collate(const JsonObject& l, CollateConfig& out) {
     if (!masks.is_object() || masks.empty()) {
       co.fail("mask", "expected an object of generated field -> padded field, e.g. {\"attention_mask\": \"input_ids\"}, got " + describe_json(masks));
     }
+    check_field_count(co, "mask", masks.size(), "generated masks");
     const JsonObject mo = co.object("mask");
     for (const auto& item : masks.items()) {
       if (!item.value().is_string()) mo.fail(item.key(), "expected the name of a padded field, got " + describe_json(item.value()));
@@ -82,6 +106,17 @@ ImageSize parse_image_size(const JsonObject& t, const std::string& key, bool sma
   }
   for (uint64_t s : sides) {
     if (s < 1 || s > kMaxSide) t.fail(key, "expected sizes in [1, " + std::to_string(kMaxSide) + "], got " + std::to_string(s));
+  }
+  // Each image of a batch is this size (at least, for a smaller edge) as the float32 RGB tensor
+  // ToTensor makes, 12 bytes a pixel: 8192 x 8192 (768 MiB an image) is beyond any model's input.
+  constexpr uint64_t kMaxPixels = uint64_t{1} << 26;
+  const uint64_t pixels = sides.front() * sides.back();
+  if (pixels > kMaxPixels) {
+    const std::string side = std::to_string(sides.front()), area = side + " x " + std::to_string(sides.back());
+    t.fail(key, (sides.size() == 1 && smaller_edge_allowed ? "a smaller edge of " + side + " makes at least " + area + " = "
+                                                           : area + " is ") +
+                    std::to_string(pixels) + " pixels, at most " + std::to_string(kMaxPixels) + " (8192 x 8192): ToTensor makes 12 bytes a pixel (3 float32 "
+                    "channels), so one image would take " + format_bytes(static_cast<long double>(pixels) * 12));
   }
   size.height = static_cast<int>(sides.front());
   size.width = static_cast<int>(sides.back());
@@ -123,6 +158,7 @@ void parse_image_transform(const JsonObject& d, ImageTransform& out) {
 void parse_inputs(const JsonObject& m, ModelConfig& out) {
   const json* v = m.find("inputs");
   if (!v) return;
+  if (v->is_array() || v->is_object()) check_field_count(m, "inputs", v->size(), "inputs");
   auto field = [&](const json& e, const std::string& where) {
     if (!e.is_string() || e.get<std::string>().empty()) m.fail(where, "expected a field name (a non-empty string), got " + describe_json(e));
     return e.get<std::string>();
@@ -178,7 +214,8 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
       }
     }
     if (order->empty()) l.fail("order", "expected a non-empty string");
-    out.order = std::make_shared<const RecordedOrder>(load_order(*order, resolve_path(base, *order)));
+    out.order_path = resolve_path(base, *order);
+    out.order = std::make_shared<const RecordedOrder>(load_order(*order, out.order_path));
     out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
     // The configured batch size is the nominal one (what tail findings compare with).
     out.batch_size = l.uint("batch_size", 1).value_or(std::max<uint64_t>(1, out.order->largest_batch));
@@ -189,6 +226,9 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   out.batch_size = l.required_uint("batch_size", 1);
   out.drop_last = l.boolean("drop_last").value_or(false);
   out.world_size = l.uint("world_size", 1).value_or(1);
+  if (out.world_size > kMaxWorldSize) l.fail("world_size", world_size_too_large(out.world_size));
+  // batch_size needs no bound: a batch never holds more than a rank's samples, which the
+  // data's own size bounds (the .npy reader bounds the one kind of file that does not).
   const auto shuffle = l.boolean("shuffle");
   if (auto kind = l.choice("sampler", {"sequential", "random", "distributed"})) {
     out.sampler = *kind == "sequential" ? SamplerKind::Sequential
@@ -282,6 +322,9 @@ void apply_loss_target(const JsonObject& top, Config& cfg) {
 void check_fields(const JsonObject& top, const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const DataConfig& d = cfg.data;
+  // Before the checks below, which compare the lists with each other.
+  const JsonObject data = top.object("data");
+  if (const json* in = data.find("inputs"); in && in->is_object()) check_field_count(data, "inputs", in->size(), "fields");
   const JsonObject model = top.object("model");
   if (m.format == ModelFormat::Pt2 && (m.inputs_kind == InputsKind::Named || m.inputs_kind == InputsKind::Record)) {
     model.fail("inputs", "a .pt2 program takes its inputs positionally: list the fields in forward's order");

@@ -1,6 +1,5 @@
 #include "core/error_text.h"
 
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -57,15 +56,6 @@ std::optional<SourceFrame> user_frame_of_trace(const std::string& stack) {
     if (!library_frame(f.file)) return f;
   }
   return innermost;
-}
-
-std::string file_line_text(const std::string& file, uint64_t line) {
-  std::ifstream in(file);
-  std::string text;
-  for (uint64_t n = 1; n <= line && std::getline(in, text); ++n) {
-    if (n == line) return trim(text);
-  }
-  return "";
 }
 
 ErrorText parse_error_text(const std::string& what) {

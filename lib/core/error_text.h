@@ -34,8 +34,4 @@ struct SourceFrame {
 };
 std::optional<SourceFrame> user_frame_of_trace(const std::string& stack);
 
-// Line `line` (1-based) of a file, trimmed, as Python's traceback reads it; "" when the file
-// cannot be read (the model was traced on another machine).
-std::string file_line_text(const std::string& file, uint64_t line);
-
 }  // namespace batchcheck

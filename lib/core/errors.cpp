@@ -1,5 +1,7 @@
 #include "core/errors.h"
 
+#include "core/escape.h"
+
 #include "core/text.h"
 
 namespace batchcheck {
@@ -22,8 +24,9 @@ InputError::InputError(std::string file, std::string where, std::string what)
       what_(std::move(what)) {}
 
 std::string format_error(const InputError& e) {
-  // Errors are one line: a multi-line message (e.g. from LibTorch) is folded.
-  return "batchcheck: error: " + single_line(e.what());
+  // Errors are one line: a multi-line message (e.g. from LibTorch) is folded, and what a file
+  // name or a model's text holds for the terminal (escapes, controls) is made visible.
+  return "batchcheck: error: " + terminal_text(single_line(e.what()));
 }
 
 }  // namespace batchcheck

@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/escape.h"
 #include "core/findings.h"
 #include "core/text.h"
 
 namespace batchcheck {
 
 namespace {
+
+// A JSON string for a config fragment inside a comment: one line, every non-ASCII escaped.
+std::string json_literal(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
 
 bool class_loss(LossType t) { return t == LossType::CrossEntropy || t == LossType::Nll; }
 
@@ -22,7 +28,7 @@ std::string key_name(const std::string& key) {
 std::string output_selector(const FixContext& c) {
   if (!c.output) return "";
   if (std::holds_alternative<int64_t>(*c.output)) return "[" + std::to_string(std::get<int64_t>(*c.output)) + "]";
-  return "[\"" + std::get<std::string>(*c.output) + "\"]";
+  return "[" + python_literal(std::get<std::string>(*c.output)) + "]";
 }
 
 // The failing batch, exactly: the model sees all of it (BatchNorm's statistics depend on
@@ -51,7 +57,7 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
     if (f.evidence.contains("output") && f.evidence["output"].is_string()) {
       const std::string key = f.evidence["output"].get<std::string>();
       const bool index = std::holds_alternative<int64_t>(*c.output);
-      code += "; " + key_name(key) + " = outs[" + (index ? key : "\"" + key + "\"") + "]";
+      code += "; " + key_name(key) + " = outs[" + (index ? key : python_literal(key)) + "]";
     }
   } else {
     code += "out = model(x)" + output_selector(c);
@@ -61,7 +67,7 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
     code += "; loss = " + loss + "(out, y)";
     for (const auto& [key, weight] : c.loss.aux) {
       const bool index = std::holds_alternative<int64_t>(*c.output);
-      code += " + " + format_number(weight) + " * " + loss + "(outs[" + (index ? key : "\"" + key + "\"") + "], y)";
+      code += " + " + format_number(weight) + " * " + loss + "(outs[" + (index ? key : python_literal(key)) + "], y)";
     }
     if (with_backward) code += "; loss.backward()";
   }
@@ -298,7 +304,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          std::string("DataLoader(..., collate_fn=lambda b: (") +
                              (inputs ? "pad_sequence([x for x, _ in b], batch_first=True, padding_value=0), default_collate([y for _, y in b])"
                                      : "default_collate([x for x, _ in b]), pad_sequence([y for _, y in b], batch_first=True, padding_value=-100)") +
-                             "))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": {\"" + field + "\": " +
+                             "))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": {" + json_literal(field) + ": " +
                              (inputs ? "0" : "-100") + "}}}",
                          inputs ? "padded positions must be masked (attention mask, or lengths for pack_padded_sequence)"
                                 : "the padding value must be ignored by the loss (ignore_index=-100)",
@@ -314,7 +320,9 @@ void attach_fixes(Finding& f, const FixContext& c) {
     const auto& files = f.evidence.value("files", nlohmann::ordered_json::array());
     if (!files.empty()) first = files.front().value("file", first);
     f.fixes.push_back({"replace-file", "re-encode or remove the file (and check the copy that produced it)",
-                       "python3 -c \"from PIL import Image; Image.open('" + first + "').convert('RGB')\"  # raises the same error",
+                       // The path is a file name from the data: quoted for Python, then the code for the shell.
+                       "python3 -c " + shell_quote("from PIL import Image; Image.open(" + python_literal(first) + ").convert(\"RGB\")") +
+                           "  # raises the same error",
                        "a removed file shifts every later sample's index", {}});
     f.fixes.push_back({"skip-unreadable", "let ImageFolder skip files that do not open",
                        "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
@@ -327,6 +335,15 @@ void attach_fixes(Finding& f, const FixContext& c) {
     f.fixes.push_back({"clip-gradients", "bound each step so that one batch cannot blow the weights up",
                        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()",
                        "tune max_norm; a NaN loss still needs its batch found (batchcheck scan)", {}});
+  } else if (id == "batch-out-of-memory") {
+    const uint64_t bytes = f.evidence.value("bytes_requested", uint64_t{0});
+    const uint64_t smaller = std::max<uint64_t>(1, g.spec.batch_size / 2);
+    f.fixes.push_back({"smaller-batch-size", "use a smaller batch size, e.g. " + std::to_string(smaller),
+                       "DataLoader(dataset, batch_size=" + std::to_string(smaller) + ")  # keep the effective batch with gradient accumulation",
+                       bytes ? "the allocation asked for " + std::to_string(bytes) + " bytes; memory grows with the batch"
+                             : "memory grows with the batch",
+                       {}});
+    f.fixes.push_back(reproduce(f, c, false, false));
   } else if (id == "trace-mode-mismatch") {
     const bool want_train = c.mode == Mode::Train;
     f.fixes.push_back({"trace-in-scan-mode",

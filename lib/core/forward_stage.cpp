@@ -1,5 +1,6 @@
 #include "core/forward_stage.h"
 
+#include <new>
 #include <optional>
 
 #include "core/classify.h"
@@ -7,6 +8,21 @@
 #include "core/text.h"
 
 namespace batchcheck {
+
+Emitted out_of_memory_finding(const std::string& what, const std::string& error, uint64_t n) {
+  nlohmann::ordered_json ev = {{"error", error}};
+  const std::optional<uint64_t> bytes = allocation_bytes(error);
+  if (bytes) ev["bytes_requested"] = *bytes;
+  return {"batch-out-of-memory", "forward",
+          what + " ran out of memory on a batch of " + plural(n, "sample") +
+              (bytes ? " (it asked for " + std::to_string(*bytes) + " bytes)" : std::string()) + ": " + error +
+              "; training dies here the same way",
+          ev, all_rows(n), n, ""};
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_out_of_memory(std::string(e.what()));
+}
 
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx) {
   const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
@@ -37,6 +53,12 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   } else if (id == "cuda-device-assert") {
     msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(n, "sample") + ": " + fwd.error +
           "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
+  } else if (id == "batch-out-of-memory") {
+    Emitted e = out_of_memory_finding("forward", fwd.error, n);
+    for (const auto& [key, value] : ev.items()) {
+      if (!e.evidence.contains(key)) e.evidence[key] = value;
+    }
+    return e;
   } else if (id == "batchnorm-single-value") {
     msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(n, "sample") + ": " + fwd.error;
   } else if (id == "hardcoded-batch-size") {

@@ -3,16 +3,58 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include "core/int128.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 
 namespace batchcheck {
 
 namespace {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+// Distinct samples a recorded order delivers (all < samples, as check_order_fits made sure),
+// in memory bounded by the order, not by the dataset, whose size a data file claims (a
+// zero-width .npy may say 2^61 samples): a bitmap of the dataset when it is no larger than a
+// copy of the indices, else the sorted copy.
+uint64_t distinct_samples(const RecordedOrder& o, uint64_t samples) {
+  uint64_t total = 0;
+  for (const auto& rank : o.ranks) {
+    for (const auto& batch : rank) total += batch.size();
+  }
+  if (samples / 64 <= total) {
+    std::vector<bool> seen(static_cast<std::size_t>(samples), false);
+    uint64_t distinct = 0;
+    for (const auto& rank : o.ranks) {
+      for (const auto& batch : rank) {
+        for (int64_t i : batch) {
+          if (!seen[static_cast<std::size_t>(i)]) {
+            seen[static_cast<std::size_t>(i)] = true;
+            ++distinct;
+          }
+        }
+      }
+    }
+    return distinct;
+  }
+  std::vector<int64_t> all;
+  all.reserve(static_cast<std::size_t>(total));
+  for (const auto& rank : o.ranks) {
+    for (const auto& batch : rank) all.insert(all.end(), batch.begin(), batch.end());
+  }
+  std::sort(all.begin(), all.end());
+  return static_cast<uint64_t>(std::unique(all.begin(), all.end()) - all.begin());
+}
+
 }  // namespace
+
+std::string world_size_too_large(uint64_t ranks) {
+  return "at most " + std::to_string(kMaxWorldSize) + " ranks (2^20), got " + std::to_string(ranks) +
+         ": the replay checks every rank and keeps state for each, at least 8 bytes a rank for the list of ranks alone (" +
+         format_bytes(static_cast<long double>(ranks) * 8) + " here)";
+}
 
 LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples) {
   LoaderSpec s;
@@ -75,13 +117,7 @@ Geometry compute_geometry(const LoaderSpec& spec) {
       if (batch.size() >= spec.batch_size) ++g.full_batches;
     }
     g.last_batch_size = g.batches_per_rank ? o.ranks.front().back().size() : 0;
-    std::vector<bool> seen(spec.samples, false);
-    for (const auto& rank : o.ranks) {
-      for (const auto& batch : rank) {
-        for (int64_t i : batch) seen[static_cast<std::size_t>(i)] = true;
-      }
-    }
-    g.recorded_undelivered = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), false));
+    g.recorded_undelivered = spec.samples - distinct_samples(o, spec.samples);
     const uint64_t k = spec.accumulation_steps;
     g.windows = ceil_div(g.batches_per_rank, k);
     g.last_window_batches = g.batches_per_rank == 0 ? 0 : (g.batches_per_rank % k == 0 ? k : g.batches_per_rank % k);
@@ -168,7 +204,16 @@ std::vector<int64_t> BatchPlan::batch_indices(uint64_t rank, uint64_t batch_inde
   if (geometry_.spec.recorded) return geometry_.spec.recorded->ranks.at(rank).at(batch_index);
   const uint64_t size = geometry_.batch_size_at(batch_index);
   std::vector<int64_t> out;
-  out.reserve(size);
+  try {
+    out.reserve(size);
+  } catch (const std::exception&) {
+    // bad_alloc or length_error: the machine's limit, not a bug. A batch of one-byte samples
+    // needs 8 times more for its indices than for its data, so this fails first.
+    throw InputError("", "loader.batch_size",
+                     "a batch of " + std::to_string(size) + " samples needs " + format_bytes(static_cast<long double>(size) * 8) +
+                         " for its sample indices alone, and allocating them failed: not enough memory (RAM, or the "
+                         "limit of ulimit -v) for this batch size");
+  }
   const uint64_t start = batch_index * geometry_.spec.batch_size;
   for (uint64_t i = 0; i < size; ++i) out.push_back(sample_index(rank, start + i));
   return out;
@@ -177,9 +222,10 @@ std::vector<int64_t> BatchPlan::batch_indices(uint64_t rank, uint64_t batch_inde
 int64_t BatchPlan::padded_sample(uint64_t k, uint64_t* rank) const {
   const uint64_t n = geometry_.spec.samples;
   if (k >= geometry_.padded_samples) throw InternalError("BatchPlan::padded_sample out of range");
-  const uint64_t global = n + k;  // padding follows the N real entries
-  if (rank) *rank = global % geometry_.spec.world_size;
-  return order_at(global);
+  // Padding follows the N real entries; N + k may pass 2^64 when N and W are both huge.
+  const uint128 global = static_cast<uint128>(n) + k;
+  if (rank) *rank = static_cast<uint64_t>(global % geometry_.spec.world_size);
+  return order_at(static_cast<uint64_t>(global % n));
 }
 
 std::vector<uint64_t> produced_sizes(const Geometry& g) {
@@ -199,9 +245,10 @@ std::vector<uint64_t> produced_sizes(const Geometry& g) {
 // The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
 uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
   const uint64_t b = g.spec.batch_size, w = g.spec.world_size;
-  uint64_t per_rank = g.samples_per_rank - g.samples_per_rank % b + size;
+  // 128-bit: near 2^64 samples the next tail's dataset no longer fits (saturated).
+  uint128 per_rank = static_cast<uint128>(g.samples_per_rank - g.samples_per_rank % b) + size;
   if (per_rank < g.samples_per_rank) per_rank += b;
-  return per_rank > UINT64_MAX / w ? UINT64_MAX : per_rank * w;
+  return per_rank > UINT64_MAX / w ? UINT64_MAX : static_cast<uint64_t>(per_rank * w);
 }
 
 }  // namespace batchcheck

@@ -11,6 +11,15 @@
 
 namespace batchcheck {
 
+// The most DDP ranks a scan replays (loader.world_size, a recorded order's ranks). The replay
+// checks every rank and keeps state for each (its place in the step order, its series), so
+// a world size sizes memory; 2^20 is far above any data-parallel job run. The geometry itself
+// is O(1) for any 64-bit world size (`suggest` takes them).
+constexpr uint64_t kMaxWorldSize = uint64_t{1} << 20;
+
+// "at most 1048576 ranks (2^20), got N: ...": the error text for a world size above it.
+std::string world_size_too_large(uint64_t ranks);
+
 struct LoaderSpec {
   uint64_t samples = 0;
   uint64_t batch_size = 1;

@@ -189,7 +189,7 @@ namespace {
 
 struct Plot {
   const char* id;
-  std::string caption;
+  std::string caption;  // text, escaped where it is written
   const char* lo_key;
   const char* hi_key;
   bool band = false;            // draw the loss contract's band
@@ -231,7 +231,7 @@ std::string plot_svg(const Plot& p, const std::vector<RankSeries>& ranks, const 
   }
   if (p.bars && lo) widen(0.0);
   std::ostringstream s;
-  s << "<figure class=\"plot\" id=\"" << p.id << "\"><figcaption>" << p.caption << "</figcaption>"
+  s << "<figure class=\"plot\" id=\"" << p.id << "\"><figcaption>" << xml_escape(p.caption) << "</figcaption>"
     << "<svg viewBox=\"0 0 1000 150\" role=\"img\" aria-label=\"" << xml_escape(p.caption) << "\">";
   auto x = [&](double batch) { return left + (right - left) * batch / static_cast<double>(end); };
   for (const auto& [first, f] : flagged) {
@@ -344,7 +344,7 @@ std::string plots_html(const Json& report) {
   }
   s << "</p>";
   s << plot_svg({"plot-size", "Batch size (samples)", "size_min", "size_max"}, ranks, band);
-  s << plot_svg({"plot-prediction", "Prediction: smallest and largest finite value, against the loss contract " + xml_escape(band_text),
+  s << plot_svg({"plot-prediction", "Prediction: smallest and largest finite value, against the loss contract " + band_text,
                  "pred_min", "pred_max", true, true},
                 ranks, band);
   s << plot_svg({"plot-nonfinite", "Non-finite prediction values (NaN, Inf)", "nonfinite", "nonfinite", false, false, true}, ranks, band);

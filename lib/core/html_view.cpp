@@ -19,11 +19,25 @@ constexpr std::size_t kMaxText = 4000;        // characters of one message, code
 constexpr std::size_t kMaxBatchesListed = 20;
 constexpr std::size_t kMaxOccurrences = 10;
 
+// The first `most` bytes of `s`, not ending inside a UTF-8 sequence (the cut half would
+// show as U+FFFD).
+std::string cut(const std::string& s, std::size_t most) {
+  if (s.size() <= most) return s;
+  std::size_t n = most;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80 && most - n < 3) --n;
+  return s.substr(0, n);
+}
+
 // Escaped, and cut: one message may hold a whole traceback.
 std::string h(const std::string& raw) {
   if (raw.size() <= kMaxText) return xml_escape(raw);
-  return xml_escape(raw.substr(0, kMaxText)) + " … (" + std::to_string(raw.size() - kMaxText) + " more bytes in the JSON report)";
+  const std::string shown = cut(raw, kMaxText);
+  return xml_escape(shown) + " … (" + std::to_string(raw.size() - shown.size()) + " more bytes in the JSON report)";
 }
+
+// A severity as a class name: the known ones only, so that a report's text cannot add
+// classes (the page's CSS and script select on them).
+std::string sev_class(const std::string& severity) { return severity_rank(severity) >= 0 ? severity : "unknown"; }
 
 uint64_t count_of(const Json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_number_unsigned() ? j[key].get<uint64_t>() : 0;
@@ -136,18 +150,18 @@ std::string fix_html(const Json& fix) {
 }
 
 // A value of root_cause or evidence as text: strings as they are, the rest as JSON.
-std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : json_text(v); }
 
 std::string finding_html(const Json& f, std::size_t k) {
   const std::string sev = field_text(f, "severity"), id = field_text(f, "id");
   std::ostringstream o;
-  o << "<article class=\"finding " << h(sev) << "\" id=\"finding-" << k << "\"><h3><span class=\"sev " << h(sev) << "\">" << h(sev)
-    << "</span><code>" << h(id) << "</code> — " << h(where_text(f)) << "</h3><p>" << h(field_text(f, "message")) << "</p><dl>";
+  o << "<article class=\"finding " << sev_class(sev) << "\" id=\"finding-" << k << "\"><h3><span class=\"sev " << sev_class(sev)
+    << "\">" << h(sev) << "</span><code>" << h(id) << "</code> — " << h(where_text(f)) << "</h3><p>" << h(field_text(f, "message")) << "</p><dl>";
   if (const FindingInfo* info = find_finding(id)) o << "<dt>meaning</dt><dd>" << h(info->what) << "</dd>";
   if (f.contains("batches") && f["batches"].is_array() && !f["batches"].empty()) {
     const Json& b = f["batches"];
     std::vector<std::string> listed;
-    for (std::size_t i = 0; i < b.size() && i < kMaxBatchesListed; ++i) listed.push_back(b[i].dump());
+    for (std::size_t i = 0; i < b.size() && i < kMaxBatchesListed; ++i) listed.push_back(json_text(b[i]));
     o << "<dt>batches</dt><dd>" << h(join(listed));
     if (b.size() > kMaxBatchesListed) o << " … and " << b.size() - kMaxBatchesListed << " more";
     o << "</dd>";
@@ -169,7 +183,7 @@ std::string finding_html(const Json& f, std::size_t k) {
     for (std::size_t i = 0; i < occ.size() && i < kMaxOccurrences; ++i) {
       const Json& e = occ[i];
       if (!e.is_object()) continue;
-      o << "<li>batch " << h(e.value("batch", Json()).dump()) << " of rank " << h(e.value("rank", Json()).dump()) << ": "
+      o << "<li>batch " << h(json_text(e.value("batch", Json()))) << " of rank " << h(json_text(e.value("rank", Json()))) << ": "
         << plural(count_of(e, "count"), "sample");
       if (!field_text(e, "message").empty()) o << ": " << h(field_text(e, "message"));
       o << "</li>";
@@ -178,7 +192,7 @@ std::string finding_html(const Json& f, std::size_t k) {
   }
   for (const auto& fix : f.value("fixes", Json::array())) o << fix_html(fix);
   if (f.contains("evidence") && f["evidence"].is_object() && !f["evidence"].empty()) {
-    o << "<details><summary>evidence</summary><pre>" << h(f["evidence"].dump(2)) << "</pre></details>";
+    o << "<details><summary>evidence</summary><pre>" << h(json_text(f["evidence"], 2)) << "</pre></details>";
   }
   o << "</article>";
   return o.str();
@@ -195,9 +209,9 @@ std::string findings_section(const Json& report) {
   o << "<table><tr><th>severity</th><th>id</th><th>where</th><th>samples</th><th>message</th></tr>";
   for (std::size_t k = 0; k < findings.size() && k < kMaxArticles; ++k) {
     const Json& f = findings[k];
-    o << "<tr><td><span class=\"sev " << h(field_text(f, "severity")) << "\">" << h(field_text(f, "severity"))
+    o << "<tr><td><span class=\"sev " << sev_class(field_text(f, "severity")) << "\">" << h(field_text(f, "severity"))
       << "</span></td><td><a href=\"#finding-" << k << "\"><code>" << h(field_text(f, "id")) << "</code></a></td><td>"
-      << h(where_text(f)) << "</td><td>" << h(samples_text(f, 8)) << "</td><td>" << h(field_text(f, "message").substr(0, 300))
+      << h(where_text(f)) << "</td><td>" << h(samples_text(f, 8)) << "</td><td>" << h(cut(field_text(f, "message"), 300))
       << "</td></tr>";
   }
   o << "</table>";
@@ -224,7 +238,7 @@ std::string tail_sections(const Json& report) {
   const Json notes = report.value("notes", Json::array());
   if (notes.is_array() && !notes.empty()) {
     o << "<section id=\"notes\"><h2>Notes</h2><ul>";
-    for (const auto& n : notes) o << "<li>" << h(n.is_string() ? n.get<std::string>() : n.dump()) << "</li>";
+    for (const auto& n : notes) o << "<li>" << h(n.is_string() ? n.get<std::string>() : json_text(n)) << "</li>";
     o << "</ul></section>";
   }
   return o.str();
@@ -242,8 +256,8 @@ std::string html_view(const nlohmann::ordered_json& report) {
   o << findings_section(report) << tail_sections(report);
   std::string version;
   if (report.contains("tool") && report["tool"].is_object()) version = field_text(report["tool"], "version");
-  o << "<footer class=\"muted\"><p>batchcheck " << h(version) << " · report schema " << h(report.value("schema_version", Json()).dump())
-    << " · this page is a view of the JSON report; <code>batchcheck explain ID</code> says more about a finding.</p></footer>";
+  o << "<footer class=\"muted\"><p>batchcheck " << h(version) << " · report schema "
+    << h(json_text(report.value("schema_version", Json()))) << " · this page is a view of the JSON report; <code>batchcheck explain ID</code> says more about a finding.</p></footer>";
   o << "<script>" << kScript << "</script></body></html>\n";
   return o.str();
 }

@@ -1,6 +1,8 @@
 #include "core/json_input.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -53,27 +55,93 @@ J parse_text_as(const std::string& display_path, const std::string& text) {
   if (blank) throw InputError(display_path, "1:1", "the file is empty; expected a JSON object");
   try {
     return J::parse(text);
-  } catch (const json::parse_error& e) {
-    auto [line, col] = line_column(text, e.byte);
-    throw InputError(display_path, std::to_string(line) + ":" + std::to_string(col), strip_parse_prefix(e.what()));
   } catch (const json::exception& e) {
-    // e.g. out_of_range 406, "number overflow parsing '1e99999'": no position is given,
-    // so locate the quoted token in the text.
-    std::string msg = strip_parse_prefix(e.what());
-    std::string where;
-    auto q1 = msg.find('\''), q2 = msg.rfind('\'');
-    if (q1 != std::string::npos && q2 > q1) {
-      auto pos = text.find(msg.substr(q1 + 1, q2 - q1 - 1));
-      if (pos != std::string::npos) {
-        auto [line, col] = line_column(text, pos + 1);
-        where = std::to_string(line) + ":" + std::to_string(col);
-      }
-    }
-    throw InputError(display_path, where, msg);
+    throw_json_error(display_path, text, e);
   }
 }
 
 }  // namespace
+
+void throw_json_error(const std::string& display_path, const std::string& text, const json::exception& e) {
+  if (const auto* pe = dynamic_cast<const json::parse_error*>(&e)) {
+    auto [line, col] = line_column(text, pe->byte);
+    throw InputError(display_path, std::to_string(line) + ":" + std::to_string(col), strip_parse_prefix(e.what()));
+  }
+  // e.g. out_of_range 406, "number overflow parsing '1e99999'": no position is given,
+  // so locate the quoted token in the text.
+  std::string msg = strip_parse_prefix(e.what());
+  std::string where;
+  auto q1 = msg.find('\''), q2 = msg.rfind('\'');
+  if (q1 != std::string::npos && q2 > q1) {
+    auto pos = text.find(msg.substr(q1 + 1, q2 - q1 - 1));
+    if (pos != std::string::npos) {
+      auto [line, col] = line_column(text, pos + 1);
+      where = std::to_string(line) + ":" + std::to_string(col);
+    }
+  }
+  throw InputError(display_path, where, msg);
+}
+
+void throw_json_error(const std::string& display_path, std::istream& from_start, std::size_t position, const json::exception& e) {
+  // line_column and the token search of the in-memory version, one byte at a time.
+  const auto* pe = dynamic_cast<const json::parse_error*>(&e);
+  const std::string msg = strip_parse_prefix(e.what());
+  std::string token;
+  if (!pe) {
+    auto q1 = msg.find('\''), q2 = msg.rfind('\'');
+    if (q1 != std::string::npos && q2 > q1) token = msg.substr(q1 + 1, q2 - q1 - 1);
+  }
+  const std::size_t end = pe ? pe->byte : position;
+  std::size_t line = 1, col = 0, read = 0, token_line = 0, token_col = 0;
+  bool blank = true;
+  std::string recent;  // the last token.size() bytes
+  char buf[1 << 16];
+  while (read < end && from_start) {
+    from_start.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, end - read)));
+    const auto got = static_cast<std::size_t>(std::max<std::streamsize>(from_start.gcount(), 0));
+    for (std::size_t i = 0; i < got; ++i) {
+      const char c = buf[i];
+      blank = blank && (c == ' ' || c == '\t' || c == '\r' || c == '\n');
+      if (c == '\n') {
+        ++line;
+        col = 0;
+      } else {
+        ++col;
+      }
+      if (token.empty()) continue;
+      recent += c;
+      if (recent.size() > token.size()) recent.erase(0, 1);
+      if (recent == token) {
+        token_line = line;
+        token_col = col - token.size() + 1;
+      }
+    }
+    read += got;
+    if (got == 0) break;
+  }
+  if (blank) throw InputError(display_path, "1:1", "the file is empty; expected a JSON object");
+  if (pe) throw InputError(display_path, std::to_string(line) + ":" + std::to_string(std::max<std::size_t>(col, 1)), msg);
+  throw InputError(display_path, token_line ? std::to_string(token_line) + ":" + std::to_string(token_col) : "", msg);
+}
+
+std::string format_bytes(long double bytes) {
+  if (!(bytes >= 1024)) return std::to_string(static_cast<uint64_t>(bytes < 0 ? 0 : bytes)) + " bytes";
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  std::size_t unit = 0;
+  bytes /= 1024;
+  while (bytes >= 1024 && unit + 1 < sizeof kUnits / sizeof kUnits[0]) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, bytes >= 100 ? "%.0Lf" : bytes >= 10 ? "%.1Lf" : "%.2Lf", bytes);
+  std::string out = buf;
+  if (out.find('.') != std::string::npos) {
+    while (out.back() == '0') out.pop_back();
+    if (out.back() == '.') out.pop_back();
+  }
+  return out + " " + kUnits[unit];
+}
 
 std::string read_text_file(const std::string& display_path, const std::string& fs_path) {
   require_regular_file(display_path, fs_path, "a JSON file");

@@ -2,6 +2,7 @@
 // Reading user-written JSON with errors in the user's terms: the file, the key path
 // ("loader.batch_size", "checks.output_range[1]") and, for syntax errors, line:column.
 #include <cstdint>
+#include <istream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,20 @@ nlohmann::ordered_json read_ordered_json_file(const std::string& display_path, c
 
 // `"8"`, `8.5`, `true`, `null`, `an array`, `an object`: for "expected X, got Y".
 std::string describe_json(const nlohmann::json& v);
+
+// A nlohmann error while reading `display` (a syntax error, or a number that overflows) as
+// InputError(display, "line:column", ...). `text` is the input up to the error, at least: the
+// position is counted in it. For the SAX readers, which see the error in their handler.
+[[noreturn]] void throw_json_error(const std::string& display, const std::string& text, const nlohmann::json::exception& e);
+// The same for input streamed from a file: `from_start` is the input again from its first byte,
+// read up to `position` (where the parser stopped) in O(1) memory, however large the file.
+// Whitespace only up to there is "the file is empty".
+[[noreturn]] void throw_json_error(const std::string& display, std::istream& from_start, std::size_t position,
+                                   const nlohmann::json::exception& e);
+
+// How much memory a size from a user's file asks for, as an error message says it:
+// "512 bytes", "8 MiB", "1.5 GiB", "16 EiB" (binary units, 3 significant digits).
+std::string format_bytes(long double bytes);
 
 // One JSON object at a key path. Typed getters throw InputError naming the key path;
 // reject_unknown() turns keys nobody asked about into "did you mean" errors.

@@ -3,13 +3,16 @@
 #include <cmath>
 
 #include "core/classify.h"
+#include "core/forward_stage.h"
 #include "core/text.h"
 
 namespace batchcheck {
 
+
 std::optional<Emitted> loss_finding(const LossResult& loss, const LossConfig& cfg, uint64_t n,
                                     const ValueStats* class_target_stats) {
   const std::string name = to_string(cfg.type);
+  if (!loss.ok && is_out_of_memory(loss.error)) return out_of_memory_finding("the loss", loss.error, n);
   if (!loss.ok) return Emitted{"loss-error", "loss", name + " raised: " + loss.error, {{"error", loss.error}}, all_rows(n), n, ""};
   if (!loss.nonfinite) return std::nullopt;
   std::string why;
@@ -32,6 +35,7 @@ std::optional<Emitted> loss_finding(const LossResult& loss, const LossConfig& cf
 }
 
 std::optional<Emitted> backward_finding(const BackwardResult& b, uint64_t n) {
+  if (!b.ok && is_out_of_memory(b.error)) return out_of_memory_finding("loss.backward()", b.error, n);
   if (!b.ok) {
     nlohmann::ordered_json ev = {{"error", b.error}};
     if (!b.location.empty()) ev["location"] = b.location;

@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/files.h"
 #include "core/int128.h"
+#include "core/json_input.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -19,6 +20,9 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLen = 6;
 constexpr std::size_t kMaxHeader = 1 << 20;
+// The most samples an array whose samples hold no data may claim: as many as the engine permutes
+// for a shuffled loader's earlier epochs (2^28, permutation.cpp), 2 GiB as int64 indices.
+constexpr uint64_t kMaxZeroWidthSamples = uint64_t{1} << 28;
 
 struct DtypeName {
   const char* descr;  // without the byte-order character
@@ -221,13 +225,34 @@ NpyHeader parse_npy_header(const std::string& display, const std::string& bytes)
   if (h.shape.empty()) {
     throw InputError(display, "npy header", "a 0-d array has no sample dimension; expected shape (samples, ...)");
   }
-  uint128 row = itemsize(h.dtype);
-  for (std::size_t i = 1; i < h.shape.size(); ++i) {
-    row *= h.shape[i];
-    if (row > (uint128{1} << 62)) throw InputError(display, "npy header", "the shape's element count overflows");
+  // numpy 2 writes at most 64 dimensions (NPY_MAXDIMS); a header may list thousands, which
+  // every message naming the shape would repeat.
+  if (h.shape.size() > 64) {
+    throw InputError(display, "npy header", "the shape has " + std::to_string(h.shape.size()) + " dimensions; numpy allows at most 64");
   }
-  uint128 total = row * h.shape[0];
-  if (total > (uint128{1} << 62)) throw InputError(display, "npy header", "the shape's element count overflows");
+  bool zero_width = false;
+  for (std::size_t i = 1; i < h.shape.size(); ++i) zero_width = zero_width || h.shape[i] == 0;
+  // A zero-width sample (a 0 among the inner dimensions) holds no bytes, so the file's size
+  // does not bound the sample count as it does for every other array, yet the replay spends
+  // memory per sample: the sampler's order and a batch's indices are 8 bytes (int64) each.
+  if (zero_width && h.shape[0] > kMaxZeroWidthSamples) {
+    throw InputError(display, "npy header",
+                     "shape (" + join_uints(h.shape) + ") has samples of no data, so its file does not bound their count: " +
+                         std::to_string(h.shape[0]) + " samples would take " +
+                         format_bytes(static_cast<long double>(h.shape[0]) * 8) +
+                         " as the sampler's int64 order; an array with zero-width samples may hold at most " +
+                         std::to_string(kMaxZeroWidthSamples) + " (2^28)");
+  }
+  // numpy's own bound (ctors.c): the product of the nonzero dimensions, in bytes, must fit,
+  // which also keeps every dimension an int64 for torch, however many zeros the shape has.
+  uint128 nonzero = itemsize(h.dtype);
+  for (uint64_t d : h.shape) {
+    if (d == 0) continue;
+    nonzero *= d;
+    if (nonzero > (uint128{1} << 62)) throw InputError(display, "npy header", "the shape's element count overflows");
+  }
+  uint128 row = itemsize(h.dtype);
+  for (std::size_t i = 1; i < h.shape.size(); ++i) row *= h.shape[i];
   h.row_bytes = static_cast<uint64_t>(row);
   h.data_offset = prefix + header_len;
   return h;

@@ -1,6 +1,7 @@
 #include "core/replay.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <future>
 #include <map>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "core/catalog.h"
 #include "core/collate_stage.h"
 #include "core/contract.h"
+#include "core/error_text.h"
 #include "core/errors.h"
 #include "core/findings.h"
 #include "core/forward_stage.h"
@@ -60,6 +62,8 @@ class Replayer {
     return step >= resume_.start_step && resume_.skip.count(step) == 0;
   }
   void check_batch(const BatchContext& ctx, const std::vector<int64_t>* next = nullptr);
+  void check_batch_stages(const BatchContext& ctx, const std::vector<int64_t>* next);
+  void end_step(const StepEnd& e);
   void record(const BatchContext& ctx, const std::string& id, const std::string& stage, const std::string& message,
               nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows, uint64_t total_rows,
               const std::string& cuda_equivalent = "");
@@ -98,6 +102,7 @@ class Replayer {
   std::vector<uint64_t> delivered_;
   // A device-side assert leaves the CUDA context unusable: nothing after it can run.
   bool device_lost_ = false;
+  uint64_t ended_step_ = UINT64_MAX;  // the last step whose end the sink heard from check_batch
   ModelInfo model_;
   std::vector<std::string> input_names_;  // the backend's input fields, fixed for the scan
   std::vector<std::string> loaded_bad_batchnorm_;  // BatchNorm statistics NaN in the file: not ours to report
@@ -162,7 +167,29 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   apply(ctx, {e});
 }
 
+// An allocation the batch could not get (LibTorch's allocator, std::bad_alloc) is a finding for
+// that batch, as training would die there, and the scan goes on with the next one. After the
+// step ended (the localizer) it is dropped: a root cause is a bonus.
 void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
+  try {
+    check_batch_stages(ctx, next);
+  } catch (const InputError&) {
+    throw;  // the data itself cannot be read at this batch size: exit 2, named (data_source)
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    if (ended_step_ == ctx.step.step || (pending_ && pending_->ctx.step.step == ctx.step.step)) return;
+    collect_pending();  // the batch before it comes first, as everywhere
+    apply(ctx, {out_of_memory_finding("checking the batch", parse_error_text(e.what()).message, ctx.size())});
+    end_step(step_end(ctx, false));
+  }
+}
+
+void Replayer::end_step(const StepEnd& e) {
+  ended_step_ = e.step;
+  sink_.end(e);
+}
+
+void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int64_t>* next) {
   batch_has_error_ = false;
   sink_.begin(ctx.step, *ctx.indices);
   std::optional<LoadFailure> failure = backend_.load_batch(*ctx.indices);
@@ -171,7 +198,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     // PyTorch raises from next(iter(loader)): the model never sees this batch.
     collect_pending();
     apply(ctx, {failure->unreadable.empty() ? collate_finding(failure->collate) : unreadable_finding(failure->unreadable)});
-    sink_.end(step_end(ctx, false));
+    end_step(step_end(ctx, false));
     return;
   }
   // Every input field: one finding per field, named when there are several.
@@ -204,7 +231,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
   collect_pending();
   if (!fwd.ok) {
     forward_failed(ctx, fwd);
-    sink_.end(step_end(ctx, false));
+    end_step(step_end(ctx, false));
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());
@@ -244,7 +271,7 @@ void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* 
     if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
     StepEnd end = step_end(ctx, true);
     end.stats = post.stats;
-    sink_.end(end);
+    end_step(end);
     localize(ctx, post.emitted, plan.output_rule, current);
     return;
   }
@@ -267,7 +294,17 @@ void Replayer::collect_pending() {
   if (!pending_) return;
   std::unique_ptr<PendingPost> p = std::move(pending_);
   const bool had_error = batch_has_error_;
-  PostResult post = p->result.get();
+  PostResult post;
+  try {
+    post = p->result.get();
+  } catch (const std::exception& e) {
+    // Its own batch's allocation failure, never the batch being checked now.
+    if (!is_out_of_memory(e)) throw;
+    apply(p->ctx, {out_of_memory_finding("checking the prediction", parse_error_text(e.what()).message, p->ctx.size())});
+    sink_.end(p->end);
+    batch_has_error_ = had_error;
+    return;
+  }
   apply(p->ctx, post.emitted);
   p->end.stats = post.stats;
   sink_.end(p->end);

@@ -166,7 +166,8 @@ json site_json(const OpSite& s) {
   if (!s.file.empty()) {
     j["file"] = s.file;
     j["line"] = s.line;
-    j["source_line"] = s.source_line;
+    // A traced archive holds no source text: the file and line alone.
+    if (!s.source_line.empty()) j["source_line"] = s.source_line;
   }
   return j;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/escape.h"
 #include "core/shard.h"
 #include "core/text.h"
 #include "core/html_view.h"
@@ -32,18 +33,103 @@ void check_writable(const std::string& path) {
   }
 }
 
-void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg) {
-  namespace fs = std::filesystem;
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether two paths name one file: the same inode where both exist (a symlink or a hard link
+// to it included); else the same path once symlinks and dots are resolved (two outputs not
+// written yet).
+bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
-  if (!fs::exists(output, ec)) return;  // a new file cannot be one of the inputs
-  const std::vector<std::pair<std::string, std::string>> inputs = {
-      {config_path, "the config"},         {cfg.model.path, "the model"},   {cfg.data.inputs, "the inputs"},
-      {cfg.data.targets, "the targets"},   {cfg.data.path, "the data file"},
-      {cfg.data.inputs_offsets, "the inputs' offsets"}, {cfg.data.targets_offsets, "the targets' offsets"}};
-  for (const auto& [path, what] : inputs) {
-    if (path.empty()) continue;
-    if (fs::equivalent(output, path, ec) && !ec) {
-      throw InputError(output, "-o", "is " + what + " of this scan: refusing to overwrite an input with the report");
+  const bool a_exists = fs::exists(a, ec), b_exists = fs::exists(b, ec);
+  if (a_exists && b_exists) {
+    const bool eq = fs::equivalent(a, b, ec);
+    return !ec && eq;
+  }
+  if (a_exists != b_exists) return false;
+  const fs::path ca = fs::weakly_canonical(a, ec);
+  if (ec) return false;
+  const fs::path cb = fs::weakly_canonical(b, ec);
+  return !ec && ca == cb;
+}
+
+// Whether `path` lies inside the folder `root` (resolved), or is a hard link to a file in it.
+bool inside_folder(const std::string& path, const std::string& root) {
+  std::error_code ec;
+  const fs::path r = fs::weakly_canonical(root, ec);
+  if (ec || r.empty()) return false;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  auto pi = p.begin();
+  bool under = true;
+  for (auto ri = r.begin(); ri != r.end() && under; ++ri, ++pi) under = pi != p.end() && *pi == *ri;
+  if (under && pi != p.end()) return true;
+  // A hard link from outside: walk the folder only when the file has other names.
+  if (!fs::is_regular_file(path, ec) || fs::hard_link_count(path, ec) < 2 || ec) return false;
+  for (fs::recursive_directory_iterator it(r, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2) && fs::equivalent(it->path(), path, e2) && !e2) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<RunFile> scan_inputs(const std::string& config_path, const Config& cfg) {
+  std::vector<RunFile> in = {{config_path, "the config"},
+                             {cfg.model.path, "the model"},
+                             {cfg.data.inputs, "the inputs"},
+                             {cfg.data.targets, "the targets"},
+                             {cfg.data.inputs_offsets, "the inputs' offsets"},
+                             {cfg.data.targets_offsets, "the targets' offsets"},
+                             {cfg.loader.order_path, "the recorded order (loader.order)"}};
+  if (cfg.data.format != DataFormat::ImageFolder) in.push_back({cfg.data.path, "the data file"});
+  for (const auto& lib : cfg.model.libraries) in.push_back({lib, "an operator library of the model (model.libraries)"});
+  for (std::size_t i = 0; i < cfg.data.field_files.size(); ++i) {
+    in.push_back({cfg.data.field_files[i], "the data file of field " + cfg.data.field_names.at(i)});
+  }
+  for (std::size_t i = 0; i < cfg.data.field_offsets.size(); ++i) {
+    in.push_back({cfg.data.field_offsets[i], "an offsets file of the data"});
+  }
+  return in;
+}
+
+std::vector<RunFile> view_outputs(const ViewTargets& v) {
+  std::vector<RunFile> out;
+  if (v.junit) out.push_back({*v.junit, "--junit"});
+  if (v.markdown) out.push_back({*v.markdown, "--markdown"});
+  if (v.html) out.push_back({*v.html, "--html"});
+  if (v.github && v.github_summary && !v.github_summary->empty()) out.push_back({*v.github_summary, "$GITHUB_STEP_SUMMARY"});
+  return out;
+}
+
+std::vector<RunFile> scan_outputs(const ScanCommand& cmd) {
+  std::vector<RunFile> out;
+  if (cmd.output_path && *cmd.output_path != "-") {
+    out.push_back({cmd.shard && !cmd.shard->job() ? shard_output_path(*cmd.output_path, *cmd.shard) : *cmd.output_path, "-o"});
+  }
+  for (auto& v : view_outputs(cmd.views)) out.push_back(std::move(v));
+  return out;
+}
+
+void refuse_clobbering(const std::vector<RunFile>& outputs, const std::vector<RunFile>& inputs, const std::string& image_root) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const RunFile& o = outputs[i];
+    for (const RunFile& in : inputs) {
+      if (!in.path.empty() && same_file(o.path, in.path)) {
+        throw InputError(o.path, o.what, "is " + in.what + ", an input of this run: refusing to overwrite it");
+      }
+    }
+    if (!image_root.empty() && inside_folder(o.path, image_root)) {
+      throw InputError(o.path, o.what, "is inside the image folder " + image_root +
+                                           " of this scan: refusing to write into the dataset (write the report elsewhere)");
+    }
+    for (std::size_t k = 0; k < i; ++k) {
+      if (same_file(o.path, outputs[k].path)) {
+        throw InputError(o.path, o.what, "is also the file of " + outputs[k].what + ": two outputs of one run cannot share a file");
+      }
     }
   }
 }
@@ -87,17 +173,13 @@ Config prepare_scan_config(const ScanCommand& cmd) {
     if (cmd.views.junit || cmd.views.markdown || cmd.views.html) {
       throw InputError("", "--shard", "a shard writes only its part: write the views from the merged report (batchcheck merge PART... --junit FILE)");
     }
-    const std::string part = shard_output_path(*cmd.output_path, *cmd.shard);
-    check_writable(part);
-    refuse_overwriting_inputs(part, cmd.config_path, cfg);
+    check_writable(shard_output_path(*cmd.output_path, *cmd.shard));
   } else if (to_file) {
     check_writable(*cmd.output_path);
-    refuse_overwriting_inputs(*cmd.output_path, cmd.config_path, cfg);
   }
   check_view_targets(cmd.views);
-  for (const auto& view : {cmd.views.junit, cmd.views.markdown, cmd.views.html}) {
-    if (view) refuse_overwriting_inputs(*view, cmd.config_path, cfg);
-  }
+  refuse_clobbering(scan_outputs(cmd), scan_inputs(cmd.config_path, cfg),
+                    cfg.data.format == DataFormat::ImageFolder ? cfg.data.path : std::string());
 
   // Command-line flags override the config.
   if (cmd.device) {
@@ -160,16 +242,6 @@ void check_view_targets(const ViewTargets& v) {
   if (v.html) check_writable(*v.html);
 }
 
-void refuse_overwriting_report(const ViewTargets& v, const std::string& report) {
-  namespace fs = std::filesystem;
-  for (const auto& [view, flag] : {std::pair{v.junit, "--junit"}, {v.markdown, "--markdown"}, {v.html, "--html"}}) {
-    std::error_code ec;
-    if (view && fs::exists(*view, ec) && fs::equivalent(*view, report, ec) && !ec) {
-      throw InputError(*view, flag, "is the report being rendered: refusing to overwrite it");
-    }
-  }
-}
-
 void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err) {
   if (v.junit) write_file_atomically(*v.junit, junit_view(report));
   if (v.markdown) write_file_atomically(*v.markdown, markdown_view(report));
@@ -182,7 +254,7 @@ void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, s
   std::error_code ec;
   const std::uintmax_t used = std::filesystem::exists(*v.github_summary, ec) ? std::filesystem::file_size(*v.github_summary, ec) : 0;
   if (ec || used + kMargin >= kLimit) {
-    err << "batchcheck: warning: " << *v.github_summary << " ($GITHUB_STEP_SUMMARY) has no room left for the summary\n";
+    err << "batchcheck: warning: " << terminal_text(*v.github_summary) << " ($GITHUB_STEP_SUMMARY) has no room left for the summary\n";
     return;
   }
   std::ofstream out(*v.github_summary, std::ios::app | std::ios::binary);

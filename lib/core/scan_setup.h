@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/report.h"
@@ -18,6 +19,12 @@ struct ViewTargets {
   std::optional<std::string> junit, markdown, html;  // --junit, --markdown, --html FILE: written atomically
   bool github = false;                          // --github, or GITHUB_ACTIONS=true: workflow commands on stderr
   std::optional<std::string> github_summary;    // $GITHUB_STEP_SUMMARY with github: the markdown appended
+};
+
+// What one run reads and writes, for the guard below: an input by its path and what it is ("the
+// config", "part 2"); an output by its path and the flag that named it ("-o", "--html").
+struct RunFile {
+  std::string path, what;
 };
 
 struct ScanCommand {
@@ -62,13 +69,22 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
 void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err);
 // Throws InputError unless every view file can be written (before any work).
 void check_view_targets(const ViewTargets& v);
-// Throws InputError when a view file is `report` itself (render would overwrite its input).
-void refuse_overwriting_report(const ViewTargets& v, const std::string& report);
+// The view files and the step summary of `v` (outputs, for refuse_clobbering).
+std::vector<RunFile> view_outputs(const ViewTargets& v);
 
 // Writes `text` to `path` atomically: a temporary file beside it, then rename.
 void write_file_atomically(const std::string& path, const std::string& text);
-// Throws InputError when `output` is the config, the model or a data file of this scan.
-void refuse_overwriting_inputs(const std::string& output, const std::string& config_path, const Config& cfg);
+// Every file a scan of `cfg` reads: the config, the model, its operator libraries, each data
+// file, the recorded order. An image folder's members are guarded by its root (below).
+std::vector<RunFile> scan_inputs(const std::string& config_path, const Config& cfg);
+// The files `cmd` writes: -o (a shard's part path), --junit, --markdown, --html and the
+// GitHub step summary.
+std::vector<RunFile> scan_outputs(const ScanCommand& cmd);
+// Throws InputError(output, flag, ...) when an output is an input of the run or another output
+// of it, directly or through a symlink or a hard link (the same file), or lies inside
+// `image_root` (the dataset's folder) or is a hard link to one of its files.
+void refuse_clobbering(const std::vector<RunFile>& outputs, const std::vector<RunFile>& inputs,
+                       const std::string& image_root = "");
 // Throws InputError unless a report can be written at `path`.
 void check_writable(const std::string& path);
 

@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "core/journal.h"
 #include "core/json_input.h"
+#include "core/shard_check.h"
 #include "core/text.h"
 
 namespace batchcheck {
@@ -248,12 +249,12 @@ namespace {
 struct Part {
   std::string path;
   json j;
-  uint64_t index = 0;
+  uint64_t index = 0, count = 0;
   std::vector<CleanStep> clean;  // decoded rows
 };
 
 Part load_part(const std::string& path) {
-  Part p{path, json(), 0, {}};
+  Part p{path, json(), 0, 0, {}};
   std::string text = read_text_file(path, path);
   const std::optional<std::string> rows = take_clean_rows(text);
   // Keeping the key order: the merged report prints as the whole scan's did.
@@ -262,11 +263,12 @@ Part load_part(const std::string& path) {
   if (version != 1 && version != kPartialVersion) {
     throw InputError(path, "", "not a partial report of batchcheck scan --shard (a full report needs no merge)");
   }
-  try {
-    p.index = part_field(p.j, "shard", path).at("index").get<uint64_t>();
-  } catch (const json::exception&) {
+  const json& shard = part_field(p.j, "shard", path);
+  if (!shard.is_object() || !shard.contains("index") || !shard.contains("count")) {
     throw InputError(path, "shard", "malformed: not a partial report of batchcheck scan --shard");
   }
+  p.index = part_count(shard.at("index"), path, "shard.index");
+  p.count = part_count(shard.at("count"), path, "shard.count");
   if (!p.j.contains("clean")) return p;  // version 1
   try {
     const json& clean = p.j.at("clean");
@@ -316,11 +318,11 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
   if (in.parts.empty()) throw InputError("", "merge", "no partial reports given (batchcheck merge PART... -o REPORT.json)");
   std::vector<Part> parts = load_parts(in.parts);
   try {
-    const uint64_t count = parts.front().j.at("shard").at("count").get<uint64_t>();
+    const uint64_t count = parts.front().count;
     const json& identity = part_field(parts.front().j, "identity", parts.front().path);
     std::map<uint64_t, Part*> by_index;
     for (Part& p : parts) {
-      const uint64_t n = p.j.at("shard").at("count").get<uint64_t>();
+      const uint64_t n = p.count;
       if (n != count) {
         throw InputError(p.path, "shard", "is one of " + std::to_string(n) + " shards, but " + parts.front().path + " is one of " +
                                               std::to_string(count));
@@ -337,25 +339,40 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
                                               it->second->path + ": each shard once");
       }
     }
-    std::vector<std::string> missing;
-    for (uint64_t k = 0; k < count; ++k) {
-      if (!by_index.count(k)) missing.push_back(std::to_string(k) + "/" + std::to_string(count));
-    }
-    if (!missing.empty()) {
-      throw InputError("", "merge", plural(missing.size(), "shard") + " missing: " + join(missing) + " (given " +
-                                        plural(parts.size(), "part") + ")");
+    // Every index given is below the count: the missing ones are the gaps, of which the first
+    // few are named (a count is a claim too, and could be 2^64-1).
+    if (by_index.size() < count) {
+      constexpr std::size_t kNamed = 10;
+      std::vector<std::string> missing;
+      for (uint64_t k = 0; k < count && missing.size() < kNamed; ++k) {
+        if (!by_index.count(k)) missing.push_back(std::to_string(k) + "/" + std::to_string(count));
+      }
+      const uint64_t total = count - by_index.size();
+      throw InputError("", "merge", plural(total, "shard") + " missing: " + join(missing) +
+                                        (total > missing.size() ? " and " + std::to_string(total - missing.size()) + " more" : "") +
+                                        " (given " + plural(parts.size(), "part") + ")");
     }
 
-    const json& first = by_index.at(0)->j;
-    const json& c = first.at("config");
-    Config cfg = parse_config(c.at("file").get<std::string>(), c.at("text").get<std::string>(), c.at("dir").get<std::string>());
-    cfg.model.mode = c.at("mode") == "eval" ? Mode::Eval : Mode::Train;
-    cfg.checks.max_batches = c.value("max_batches", uint64_t{0});
+    // The plan is recomputed from the first part's config and checked against every part's
+    // claims (core/shard_check.h) before anything is sized by them.
+    const Part& first_part = *by_index.at(0);
+    const json& first = first_part.j;
+    const PartConfig c = part_config(part_field(first, "config", first_part.path), first_part.path);
+    for (const auto& [k, p] : by_index) {
+      check_same_config(part_config(part_field(p->j, "config", p->path), p->path), p->path, c, first_part.path);
+    }
+    Config cfg = parse_config(c.file, c.text, c.dir);
+    cfg.model.mode = c.mode;
+    cfg.checks.max_batches = c.max_batches;
+    const PartPlan plan(cfg, c.edges, part_field(first, "start", first_part.path), first_part.path);
+    for (const auto& [k, p] : by_index) {
+      if (k != 0) plan.check_other(part_field(p->j, "start", p->path), p->path, first_part.path);
+    }
     ScanSettings settings;
     settings.fail_on = in.fail_on;
-    settings.edges = c.value("edges", false);
+    settings.edges = c.edges;
     Aggregator agg(cfg, settings, log);
-    const uint64_t replay_steps = first.at("start").at("replay_steps").get<uint64_t>();
+    const uint64_t replay_steps = plan.replay_steps();
 
     JoinedSteps steps;
     ScanEnd end;
@@ -370,9 +387,18 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
         if (!probe) ++covered;
         steps.emplace_back(step, lines);
       };
-      for (const json& s : p->j.at("steps")) take(s.at("step").get<uint64_t>(), StepLines{&s.at("lines"), &p->path, nullptr});
-      for (const CleanStep& r : p->clean) take(r.at.step, StepLines{nullptr, &p->path, &r});
-      const uint64_t expected = replay_steps > k ? (replay_steps - k + count - 1) / count : 0;
+      const json& part_steps = part_field(p->j, "steps", p->path);
+      if (!part_steps.is_array()) throw InputError(p->path, "steps", "expected a list of steps: the part was edited");
+      for (std::size_t i = 0; i < part_steps.size(); ++i) {
+        const json& s = part_steps[i];
+        take(plan.check_entry(s, p->path, "steps[" + std::to_string(i) + "]"), StepLines{&s.at("lines"), &p->path, nullptr});
+      }
+      for (std::size_t i = 0; i < p->clean.size(); ++i) {
+        const CleanStep& r = p->clean[i];
+        plan.check_row(r, i + 1, p->path);
+        take(r.at.step, StepLines{nullptr, &p->path, &r});
+      }
+      const uint64_t expected = replay_steps > k ? (replay_steps - k - 1) / count + 1 : 0;  // no overflow near 2^64
       const bool complete = p->j.at("complete").get<bool>();
       if (complete && covered != expected) {
         throw InputError(p->path, "steps", "covers " + std::to_string(covered) + " of its " + std::to_string(expected) +

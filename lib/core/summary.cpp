@@ -2,17 +2,20 @@
 
 #include <sstream>
 
+#include "core/escape.h"
 #include "core/text.h"
 
-// The human summary on stderr: a view of the report, like the JSON itself.
+// The human summary on stderr: a view of the report, like the JSON itself. Every string that
+// came from the model, the data or a file name goes through terminal_text/log_text: a terminal
+// and a CI log parser read these lines.
 namespace batchcheck {
 
 std::string format_summary(const ScanResult& result) {
   const auto& r = result.report;
   std::ostringstream out;
   const auto& b = r["batches"];
-  out << "batchcheck: " << r["config"].get<std::string>() << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
-      << " on " << r["device"].get<std::string>() << " (" << r["mode"].get<std::string>() << " mode)"
+  out << "batchcheck: " << terminal_text(r["config"].get<std::string>()) << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
+      << " on " << terminal_text(r["device"].get<std::string>()) << " (" << terminal_text(r["mode"].get<std::string>()) << " mode)"
       << (result.complete                               ? ""
           : r.value("stopped_at_first_error", false) ? ", STOPPED AT THE FIRST ERROR (--fail-fast)"
                                                      : ", INTERRUPTED")
@@ -34,20 +37,20 @@ std::string format_summary(const ScanResult& result) {
       std::vector<int64_t> head(f.samples.begin(), f.samples.begin() + std::min<std::size_t>(f.samples.size(), 5));
       out << ", samples [" << join_ints(head) << (f.samples.size() > 5 || f.count > head.size() ? ", ..." : "") << "]";
     }
-    out << "\n    " << f.message << "\n";
+    out << "\n    " << log_text(f.message) << "\n";
     // The user's line that raised (forward and backward errors).
     if (f.evidence.contains("location") && f.evidence["location"].is_string()) {
-      out << "    " << f.evidence["location"].get<std::string>();
+      out << "    " << log_text(f.evidence["location"].get<std::string>());
       if (f.evidence.contains("source_line") && f.evidence["source_line"].is_string()) {
-        out << ": " << f.evidence["source_line"].get<std::string>();
+        out << ": " << terminal_text(f.evidence["source_line"].get<std::string>());
       }
       out << "\n";
     }
     // Where the bad value was born: the user's line (root_cause, when localized).
     const auto& rc = f.root_cause;
     if (rc.is_object() && rc.contains("file") && rc["file"].is_string() && rc.contains("line")) {
-      out << "    root cause at " << rc["file"].get<std::string>() << ":" << rc["line"].dump();
-      if (rc.contains("source_line") && rc["source_line"].is_string()) out << ": " << rc["source_line"].get<std::string>();
+      out << "    root cause at " << terminal_text(rc["file"].get<std::string>()) << ":" << rc["line"].dump();
+      if (rc.contains("source_line") && rc["source_line"].is_string()) out << ": " << terminal_text(rc["source_line"].get<std::string>());
       out << "\n";
     }
     // Later batches that failed for another reason under the same id (a few).
@@ -56,15 +59,15 @@ std::string format_summary(const ScanResult& result) {
       if (o.message.empty() || !o.batch || ++others > 3) continue;
       out << "    at batch " << *o.batch;
       if (o.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *o.rank;
-      out << ": " << o.message << "\n";
+      out << ": " << terminal_text(o.message) << "\n";
     }
-    if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << f.cuda_equivalent << "\n";
+    if (!f.cuda_equivalent.empty()) out << "    on CUDA: " << terminal_text(f.cuda_equivalent) << "\n";
     for (const auto& fix : f.fixes) {
-      std::string code = fix.code.empty() ? fix.title : fix.code;
+      std::string code = log_lines(fix.code.empty() ? fix.title : fix.code);
       // Multi-line code (a whole collate_fn) stays readable under its fix line.
       for (std::size_t p = code.find('\n'); p != std::string::npos; p = code.find('\n', p + 1)) code.insert(p + 1, "        ");
       out << "    fix " << fix.id << ": " << code;
-      if (!fix.tradeoff.empty()) out << "  (" << fix.tradeoff << ")";
+      if (!fix.tradeoff.empty()) out << "  (" << terminal_text(fix.tradeoff) << ")";
       out << "\n";
     }
   }

@@ -14,9 +14,14 @@ int severity_rank(const std::string& s);
 int fail_rank(const nlohmann::ordered_json& report);
 // `j[key]` when it is a string, else "".
 std::string field_text(const nlohmann::ordered_json& j, const char* key);
-// Valid UTF-8, bad bytes as U+FFFD: a model's error text or a file name may hold anything.
+// `v` as compact JSON (`indent` as dump's); bytes that are not UTF-8 in its strings become
+// U+FFFD instead of the exception dump() throws (a report built in-process may hold them).
+std::string json_text(const nlohmann::ordered_json& v, int indent = -1);
+// Valid UTF-8, each byte that starts no valid sequence (stray, truncated, overlong,
+// surrogate, past U+10FFFF) as U+FFFD: a model's error text or a file name may hold anything.
 std::string utf8_clean(const std::string& s);
-// Escaped for XML and HTML text and attributes; control characters XML refuses become '?'.
+// Escaped for XML and HTML text and attributes; the characters XML 1.0 forbids become '?'
+// (control characters but tab, newline and carriage return) or U+FFFD (U+FFFE, U+FFFF).
 std::string xml_escape(const std::string& raw);
 // "batch 130 (rank 0)", "probe batch of 1", "-".
 std::string where_text(const nlohmann::ordered_json& finding);

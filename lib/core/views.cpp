@@ -6,6 +6,7 @@
 
 #include "core/catalog.h"
 #include "core/errors.h"
+#include "core/escape.h"
 #include "core/text.h"
 #include "core/view_text.h"
 
@@ -30,7 +31,7 @@ std::string failure_body(const Json& f) {
   if (f.contains("occurrences")) {
     for (const auto& o : f["occurrences"]) {
       if (!o.is_object()) continue;
-      b << "  batch " << o.value("batch", Json()).dump() << " of rank " << o.value("rank", Json()).dump() << ": "
+      b << "  batch " << json_text(o.value("batch", Json())) << " of rank " << json_text(o.value("rank", Json())) << ": "
         << plural(o.value("count", uint64_t{0}), "sample");
       if (!field_text(o, "message").empty()) b << ": " << field_text(o, "message");
       b << "\n";
@@ -41,7 +42,7 @@ std::string failure_body(const Json& f) {
     // Its words and numbers; the tensors' statistics and the chain stay in the JSON report.
     for (const auto& [key, v] : f["root_cause"].items()) {
       if (v.is_object() || (v.is_array() && !v.empty() && !v.front().is_primitive())) continue;
-      b << " " << key << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << ";";
+      b << " " << key << "=" << (v.is_string() ? v.get<std::string>() : json_text(v)) << ";";
     }
     b << "\n";
   }
@@ -142,14 +143,79 @@ std::string junit_view(const nlohmann::ordered_json& report) {
 
 namespace {
 
-std::string md_cell(const std::string& raw) {
+// One line of text with no control character left to act: line breaks and tabs become
+// spaces (a line break would end a table row or start a block), every other control and the
+// bidirectional overrides are shown as escapes (\x1b, \u{202E}).
+std::string one_line(const std::string& raw) {
+  std::string flat = utf8_clean(raw);
+  for (char& c : flat) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return terminal_text(flat);
+}
+
+// Untrusted text in markdown's inline context (a table cell, a list item, the heading),
+// shown as the very characters: no raw HTML (< > & as entities), no link or image ([ ]), no
+// code span, emphasis or strikethrough (` * _ ~), no cell break (|); a backslash is escaped
+// too, so that the text cannot undo the escapes that follow it.
+std::string md_text(const std::string& raw) {
   std::string out;
-  for (char c : utf8_clean(raw)) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
+  for (char c : one_line(raw)) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '\\': case '`': case '*': case '_': case '~': case '[': case ']': case '|':
+        out += '\\';
+        out += c;
+        break;
+      default: out += c;
+    }
   }
   return out;
+}
+
+// Text in monospace: a code span while the text is plain (what ids and paths are), where it
+// shows as it is; else <code> around the escaped text (inside a code span escapes show
+// literally, so hostile text cannot go there).
+std::string md_code(const std::string& raw) {
+  bool plain = !raw.empty();
+  for (char c : raw) {
+    plain = plain && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      std::string("-_./:=,+@()# ").find(c) != std::string::npos);
+  }
+  return plain ? "`" + raw + "`" : "<code>" + md_text(raw) + "</code>";
+}
+
+// Text on a line of an HTML block (<details><summary>): the markdown is not parsed there,
+// so HTML escaping alone, on one line (a blank line would end the block).
+std::string md_html_text(const std::string& raw) { return xml_escape(one_line(raw)); }
+
+// A fix's code as a <pre><code> HTML block inside the list item: markdown leaves its lines
+// as they are (no fence that a ``` in the code could close), HTML shows the escaped text
+// literally. Every line is indented as the list item's content, so none of them can end the
+// item and be read as markdown; CR counts as a line break there, so lines are split on it too.
+std::string md_code_block(const std::string& raw) {
+  const std::string clean = utf8_clean(raw);
+  std::string out = "  <pre><code>";
+  std::size_t i = 0;
+  for (bool first = true; i <= clean.size(); first = false) {
+    std::size_t end = clean.find_first_of("\r\n", i);
+    if (end == std::string::npos) end = clean.size();
+    // Tabs kept, as code indents with them; each other control shown as an escape.
+    std::string line;
+    for (std::size_t a = i; a <= end;) {
+      std::size_t tab = clean.find('\t', a);
+      if (tab == std::string::npos || tab > end) tab = end;
+      line += terminal_text(std::string_view(clean).substr(a, tab - a));
+      if (tab < end) line += '\t';
+      a = tab + 1;
+    }
+    out += (first ? "" : "\n  ") + xml_escape(line);
+    if (end == clean.size()) break;
+    i = end + (clean.compare(end, 2, "\r\n") == 0 ? 2 : 1);
+  }
+  return out + "</code></pre>\n";
 }
 
 }  // namespace
@@ -158,16 +224,16 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
   const Json& s = report.value("summary", Json::object());
   const std::string verdict = field_text(report, "verdict");
   std::ostringstream head;
-  head << "## batchcheck: " << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : md_cell(verdict)) << " — `"
-       << md_cell(field_text(report, "config")) << "`\n\n";
+  head << "## batchcheck: " << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : md_text(verdict)) << " — "
+       << md_code(field_text(report, "config")) << "\n\n";
   head << plural(s.value("errors", uint64_t{0}), "error") << ", " << plural(s.value("warnings", uint64_t{0}), "warning") << ", "
        << plural(s.value("infos", uint64_t{0}), "info");
   if (report.contains("batches") && report["batches"].contains("checked")) {
     head << "; " << plural(report["batches"]["checked"].get<uint64_t>(), "batch", "batches") << " checked on "
-         << md_cell(field_text(report, "device")) << " (" << md_cell(field_text(report, "mode")) << " mode)";
+         << md_text(field_text(report, "device")) << " (" << md_text(field_text(report, "mode")) << " mode)";
   }
   if (report.contains("complete") && report["complete"] == false) head << "; **interrupted**: not every batch was checked";
-  head << "; fails on " << md_cell(report.value("fail_on", std::string("error"))) << "\n\n";
+  head << "; fails on " << md_text(report.value("fail_on", std::string("error"))) << "\n\n";
   const Json& findings = report["findings"];
   if (findings.empty()) return head.str() + "No findings.\n";
   head << "| severity | id | where | samples | message |\n| --- | --- | --- | --- | --- |\n";
@@ -176,16 +242,18 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
   std::size_t shown = 0;
   const std::string foot_reserve(200, ' ');  // room for the line saying what was left out
   for (const auto& f : findings) {
-    std::string row = "| " + md_cell(field_text(f, "severity")) + " | `" + md_cell(field_text(f, "id")) + "` | " + where_text(f) + " | " +
-                      samples_text(f, 8) + " | " + md_cell(field_text(f, "message")) + " |\n";
+    std::string row = "| " + md_text(field_text(f, "severity")) + " | " + md_code(field_text(f, "id")) + " | " +
+                      md_text(where_text(f)) + " | " + md_text(samples_text(f, 8)) + " | " + md_text(field_text(f, "message")) +
+                      " |\n";
     std::string detail;
     const Json fixes = f.value("fixes", Json::array());
     if (!fixes.empty()) {
-      detail = "<details><summary><code>" + md_cell(field_text(f, "id")) + "</code> at " + where_text(f) + ": fixes</summary>\n\n";
+      detail = "<details><summary><code>" + md_html_text(field_text(f, "id")) + "</code> at " + md_html_text(where_text(f)) +
+               ": fixes</summary>\n\n";
       for (const auto& fix : fixes) {
-        detail += "- **" + md_cell(field_text(fix, "id")) + "**: " + md_cell(field_text(fix, "title")) + "\n";
-        const std::string code = utf8_clean(field_text(fix, "code"));
-        if (!code.empty()) detail += "\n  ```python\n  " + code + "\n  ```\n";
+        detail += "- **" + md_text(field_text(fix, "id")) + "**: " + md_text(field_text(fix, "title")) + "\n";
+        const std::string code = field_text(fix, "code");
+        if (!code.empty()) detail += "\n" + md_code_block(code);
       }
       detail += "\n</details>\n";
     }
@@ -205,7 +273,9 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
 
 namespace {
 
-// Workflow command escaping: the message (data) and the properties.
+// Workflow command escaping: the message (data) and the properties. %, CR and LF as GitHub
+// decodes them; every other control character (ESC would reach the log viewer as a terminal
+// escape) and the bidirectional overrides shown as escapes, so each command is one plain line.
 std::string gh_data(const std::string& s) {
   std::string out;
   for (char c : utf8_clean(s)) {
@@ -214,7 +284,7 @@ std::string gh_data(const std::string& s) {
     else if (c == '\n') out += "%0A";
     else out += c;
   }
-  return out;
+  return terminal_text(out);
 }
 
 std::string gh_property(const std::string& s) {

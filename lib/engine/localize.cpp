@@ -47,13 +47,14 @@ bool locate(const jit::SourceRange& serialized, OpSite& s) {
   const jit::SourceRange& r = original ? *original : serialized;
   if (!r.source()) return false;
   const auto& src = r.source();
-  // A traced op's source is the tracer's Python stack, not code.
+  // A traced op's source is the tracer's Python stack, not code: it names the file and line,
+  // and the archive holds no text of them. The path is the model's word, never opened (a
+  // model naming /proc/self/environ would put the engine's environment in the report).
   const std::string text = src->text_str().str();
   if (original && text.find("): ") != std::string::npos) {
     if (auto frame = user_frame_of_trace(text)) {
       s.file = frame->file;
       s.line = frame->line;
-      s.source_line = file_line_text(frame->file, frame->line);
       return true;
     }
   }

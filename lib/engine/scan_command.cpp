@@ -8,12 +8,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <unistd.h>
 
 #include <utility>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/classify.h"
+#include "core/error_text.h"
+#include "core/forward_stage.h"
 #include "core/errors.h"
 #include "core/journal.h"
 #include "core/replay.h"
@@ -202,11 +206,13 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   const EngineRequest req = decode_request(request);
   const ScanCommand& cmd = req.command;
   JournalWriter journal(event_fd);
+  std::string loading;  // the file being loaded, for an allocation that fails there
   try {
     Config cfg = prepare_scan_config(cmd);
     BackendOptions bo = backend_options(cmd, cfg);
     const std::optional<TestFault> fault = test_fault();
-    bo.loading = [&journal, &fault](const std::string& file) {
+    bo.loading = [&journal, &fault, &loading](const std::string& file) {
+      loading = file;
       journal.loading(file);
       if (fault && fault->where == "load") die_of(fault->sig);
       if (fault && fault->where == "log") {
@@ -217,10 +223,22 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
     auto backend = make_torch_backend(cfg, bo);
     const ScanSettings settings = engine_settings(cmd);
     SignalScope signals(cmd.handle_signals, is_job(cmd));
+    loading.clear();  // loaded: an allocation that fails from here is the scan's, not a file's
     FaultSink sink(journal, fault);
     replay(cfg, settings, *backend, sampler_order, sink, err, req.resume);
   } catch (const InputError& e) {
     journal.error("input", e.file(), e.where(), e.detail());
+  } catch (const std::exception& e) {
+    // Out of memory outside a batch (loading the model or the data under a tight ulimit, a
+    // container's limit): the machine's limit, an input error naming the file, not a bug.
+    // A batch's own allocation failure is a batch-out-of-memory finding (forward_stage).
+    const std::string what = parse_error_text(e.what()).message;
+    if (!is_out_of_memory(e)) throw;
+    const std::optional<uint64_t> bytes = allocation_bytes(what);
+    journal.error("input", loading, "",
+                  "out of memory" + (bytes ? " (an allocation of " + std::to_string(*bytes) + " bytes failed)" : std::string()) +
+                      (loading.empty() ? " during the scan" : " while loading it") +
+                      ": give the scan more memory (ulimit -v, the container's limit) or use a smaller batch size");
   }
 }
 

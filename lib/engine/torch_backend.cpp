@@ -20,6 +20,7 @@
 
 #include "core/contract.h"
 #include "core/errors.h"
+#include "core/escape.h"
 #include "core/text.h"
 #include "core/worker.h"
 #include "engine/compat.h"
@@ -68,7 +69,7 @@ class ModelWarnings : public compat::WarningSink {
   void on_warning(const std::string& message) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!seen_.insert(message).second) return;
-    std::cerr << "batchcheck: warning from the model: " << single_line(message) << "\n";
+    std::cerr << "batchcheck: warning from the model: " << terminal_text(single_line(message)) << "\n";
   }
 
  private:
@@ -102,8 +103,9 @@ c10::IValue to_device(const c10::IValue& v, const c10::Device& device) {
 class TorchBackend : public Backend {
  public:
   TorchBackend(const Config& cfg, const BackendOptions& opt) : cfg_(cfg), opt_(opt) {
-    // A print() in the model's TorchScript goes to stderr: stdout holds only the report.
-    torch::jit::setPrintHandler([](const std::string& s) { std::cerr << s << std::flush; });
+    // A print() in the model's TorchScript goes to stderr: stdout holds only the report. Its
+    // text is the model's: terminal escapes and workflow commands made inert.
+    torch::jit::setPrintHandler([](const std::string& s) { std::cerr << log_lines(s) << std::flush; });
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
