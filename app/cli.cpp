@@ -187,7 +187,11 @@ int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
   check_view_targets(cmd.views);
   refuse_clobbering(scan_outputs(cmd), parts);
   std::ostringstream progress;
+  std::vector<std::string> read;
+  in.files_read = &read;
   ScanResult result = merge_parts(in, progress);
+  for (const auto& f : read) parts.push_back({f, "the recorded order (loader.order) of the parts' config"});
+  refuse_clobbering(scan_outputs(cmd), parts);
   deliver_report(cmd, result, out, err);
   return result.failed ? 1 : 0;
 }

@@ -83,6 +83,11 @@ TEST(Escape, LogTextCannotStartAWorkflowCommand) {
   EXPECT_EQ(log_text("  ::error::x"), "  \\x3a:error::x");
   EXPECT_EQ(log_text("a ::error::x"), "a ::error::x");  // not at the line's start: plain text
   EXPECT_EQ(log_lines("fix\n::add-mask::x\n  ok\x1b"), "fix\n\\x3a:add-mask::x\n  ok\\x1b");
+  // The runner trims Unicode spaces too (.NET's TrimStart), and reads "##[cmd]" anywhere.
+  EXPECT_EQ(log_text("\xc2\xa0::add-mask::x"), "\xc2\xa0\\x3a:add-mask::x");
+  EXPECT_EQ(log_text("\xe3\x80\x80 ::stop-commands::t"), "\xe3\x80\x80 \\x3a:stop-commands::t");
+  EXPECT_EQ(terminal_text("boom ##[error]x ##[set-output name=a]b"), "boom #\\x23[error]x #\\x23[set-output name=a]b");
+  EXPECT_EQ(terminal_text("# heading ## two #["), "# heading ## two #[");
 }
 
 TEST(Escape, ShellQuoteIsReadBackByAShellAsTheSameBytes) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "cli.h"
@@ -42,8 +43,16 @@ void expect_inert_lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     for (unsigned char c : line) EXPECT_FALSE(c < 0x20 || c == 0x7f) << "control character " << int(c) << " in: " << line;
-    const auto b = line.find_first_not_of(' ');
-    if (b == std::string::npos || line.compare(b, 2, "::") != 0) continue;
+    EXPECT_EQ(line.find("##["), std::string::npos) << "GitHub's older command form in: " << line;
+    // After what GitHub's runner trims: spaces, the no-break and the ideographic space.
+    std::size_t b = 0;
+    while (true) {
+      if (line.compare(b, 1, " ") == 0) b += 1;
+      else if (line.compare(b, 2, "\xc2\xa0") == 0) b += 2;
+      else if (line.compare(b, 3, "\xe3\x80\x80") == 0) b += 3;
+      else break;
+    }
+    if (line.compare(b, 2, "::") != 0) continue;
     const bool ours = line.rfind("::error ", 0) == 0 || line.rfind("::warning ", 0) == 0 || line.rfind("::notice ", 0) == 0;
     EXPECT_TRUE(ours) << "a workflow command from the input: " << line;
   }
@@ -104,7 +113,9 @@ TEST(Hostile, FixCodeOnAHostileFileNameRunsOnlyTheFix) {
 // File names with a line break that starts a workflow command, and terminal escapes: stderr's
 // summary and the error lines show them escaped.
 TEST(Hostile, FileNamesReachStderrAsOneInertLine) {
-  for (const std::string& name : std::vector<std::string>{"bad\n::stop-commands::tok\nz.png", "\x1b]0;title\x07\x1b[2J\x1b[31mred.png"}) {
+  for (const std::string& name : std::vector<std::string>{"bad\n::stop-commands::tok\nz.png", "\x1b]0;title\x07\x1b[2J\x1b[31mred.png",
+                                                          "a\n\xc2\xa0::add-mask::x\n\xe3\x80\x80::stop-commands::t.png",
+                                                          "##[stop-commands]T.png"}) {
     SCOPED_TRACE(name);
     TempDir dir("hostile_names");
     const std::string cfg = unreadable_image_scan(dir, name);
@@ -226,14 +237,84 @@ TEST(Hostile, NoOutputLandsInTheImageFolder) {
   const std::string cfg = unreadable_image_scan(dir, "x.png");
   const std::string member = (dir.path() / "tree" / "a" / "x.png").string();
   fs::create_hard_link(member, dir.file("outside.png"));
-  for (const std::string& out : std::vector<std::string>{member, (dir.path() / "tree" / "new.json").string(), dir.file("outside.png")}) {
+  // A class folder linked in from elsewhere: its files are members (the listing follows it).
+  fs::create_directories(dir.path() / "elsewhere" / "b");
+  std::ofstream(dir.path() / "elsewhere" / "b" / "y.png") << "not an image";
+  fs::create_directory_symlink(dir.path() / "elsewhere" / "b", dir.path() / "tree" / "b");
+  const std::string linked = (dir.path() / "elsewhere" / "b" / "y.png").string();
+  for (const std::string& out :
+       std::vector<std::string>{member, (dir.path() / "tree" / "new.json").string(), dir.file("outside.png"), linked}) {
     SCOPED_TRACE(out);
     Cli r = cli({"scan", cfg, "-q", "--html", out});
     EXPECT_EQ(r.code, 2);
     EXPECT_EQ(r.err, "batchcheck: error: " + out + ": --html: is inside the image folder " + (dir.path() / "tree").string() +
                          " of this scan: refusing to write into the dataset (write the report elsewhere)\n");
     EXPECT_EQ(slurp(member), "not an image");
+    EXPECT_EQ(slurp(linked), "not an image");
   }
+}
+
+// A member that is a device or a FIFO (PIL would read without end, or block): unreadable,
+// and the scan ends.
+TEST(Hostile, AMemberThatIsADeviceOrAFifoIsUnreadable) {
+  TempDir dir("hostile_fifo");
+  const std::string cfg = unreadable_image_scan(dir, "x.png");
+  fs::create_symlink("/dev/zero", dir.path() / "tree" / "a" / "zero.png");
+  ASSERT_EQ(run_command("mkfifo " + (dir.path() / "tree" / "a" / "fifo.png").string()).status, 0);
+  Cli r = cli({"scan", cfg, "-o", dir.file("report.json"), "-q", "--batch-timeout", "60"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  std::ifstream in(dir.file("report.json"));
+  const Json report = Json::parse(in);
+  const Json* f = find(report, "sample-unreadable");
+  ASSERT_TRUE(f) << report.dump(1);
+  EXPECT_NE(f->dump().find("not a regular file"), std::string::npos) << f->dump(1);
+}
+
+// A temporary name planted as a link beside the report (a shared folder) is not followed.
+TEST(Hostile, APlantedTemporaryLinkIsNotFollowed) {
+  Workspace w("hostile_tmp");
+  w.inputs(8, 3).float_targets(std::vector<float>(8, 0.f)).model("def forward(self, x):\n    return x.sum(1, keepdim=True)\n");
+  const std::string cfg = w.write_config();
+  const std::string before = slurp(cfg);
+  fs::create_symlink(cfg, w.file(".batchcheck-" + std::to_string(::getpid()) + ".tmp"));
+  Cli r = cli({"scan", cfg, "-o", w.file("out.json"), "-q"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(cfg), before);
+  EXPECT_TRUE(Json::parse(slurp(w.file("out.json"))).is_object());
+}
+
+// merge opens the recorded order its parts' config names; what that file holds is never
+// echoed back (parts edited to name another file).
+TEST(Hostile, MergeNeverEchoesAFileItsPartsName) {
+  Workspace w("hostile_merge_order");
+  w.inputs(8, 3).float_targets(std::vector<float>(8, 0.f)).model("def forward(self, x):\n    return x.sum(1, keepdim=True)\n");
+  std::ofstream(w.file("order.json")) << "[[0, 1, 2, 3], [4, 5, 6, 7]]";
+  w.loader(R"({"batch_size": 4, "order": "order.json"})");
+  const std::string cfg = w.write_config();
+  for (const char* k : {"0/2", "1/2"}) ASSERT_EQ(cli({"scan", cfg, "--shard", k, "-o", w.file("part-{shard}.json")}).code, 0);
+  // The order a merge reads is an input of it: no output may replace it.
+  const std::string order = slurp(w.file("order.json"));
+  Cli clobber = cli({"merge", w.file("part-0.json"), w.file("part-1.json"), "-o", w.file("order.json")});
+  EXPECT_EQ(clobber.code, 2);
+  EXPECT_EQ(clobber.err, "batchcheck: error: " + w.file("order.json") +
+                             ": -o: is the recorded order (loader.order) of the parts' config, an input of this run: refusing to "
+                             "overwrite it\n");
+  EXPECT_EQ(slurp(w.file("order.json")), order);
+  std::ofstream(w.file("secret.json")) << R"({"api_token": "s3cr3t"})";
+  for (const char* part : {"part-0.json", "part-1.json"}) {
+    Json j = Json::parse(slurp(w.file(part)));
+    std::string text = j["config"]["text"];
+    const auto at = text.find("order.json");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, 10, w.file("secret.json"));
+    j["config"]["text"] = text;
+    std::ofstream(w.file(part)) << j.dump();
+  }
+  Cli merge = cli({"merge", w.file("part-0.json"), w.file("part-1.json"), "-o", w.file("merged.json")});
+  EXPECT_EQ(merge.code, 2) << merge.err;
+  EXPECT_EQ(merge.err.find("api_token"), std::string::npos) << merge.err;
+  EXPECT_EQ(merge.err.find("s3cr3t"), std::string::npos) << merge.err;
+  EXPECT_NE(merge.err.find(": config.loader.order: the recorded order the part's config names ("), std::string::npos) << merge.err;
 }
 
 // A batch whose forward asks for more memory than there is: a finding for that batch, with the

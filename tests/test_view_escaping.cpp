@@ -77,6 +77,7 @@ std::string problems(const Json& report) {
   if (p.empty()) p = vc::markdown_problems(markdown_view(report, 1500), findings);
   if (p.empty()) p = vc::github_problems(github_commands(report));
   if (p.empty()) p = vc::html_problems(html_view(report), benign_page());
+  if (p.empty()) p = vc::summary_problems(format_summary(vc::summary_input(report)));
   return p;
 }
 
@@ -295,4 +296,12 @@ TEST(ViewEscaping, HtmlShowsTheCorpusAsText) {
     EXPECT_EQ(count(page, "<script"), 1u);
     EXPECT_NE(page.find(xml_escape(s)), std::string::npos);
   }
+}
+
+// The summary's check refuses what the summary wrote before it escaped: a model's line break
+// starting a workflow command, a terminal escape.
+TEST(ViewEscaping, SummaryCheckRefusesWhatTheOldSummaryWrote) {
+  EXPECT_NE(vc::summary_problems("error: forward-error at batch 0\n    boom\n::stop-commands::tok\n"), "");
+  EXPECT_NE(vc::summary_problems("    \x1b]0;title\x07\n"), "");
+  EXPECT_EQ(vc::summary_problems("    boom\\n\\x3a:stop-commands::tok\n"), "");
 }

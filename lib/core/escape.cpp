@@ -54,6 +54,12 @@ std::string visible(std::string_view s, bool keep_newlines) {
       ++i;
       continue;
     }
+    if (cp == '#' && s.compare(i, 3, "##[") == 0) {
+      // GitHub's runner reads "##[command]data" anywhere in a line (its older form).
+      out += "#\\x23[";
+      i += 3;
+      continue;
+    }
     if (!acts_on_display(cp) || (keep_newlines && cp == '\n')) {
       out.append(s.substr(i, n));
     } else if (cp == '\n') {
@@ -80,10 +86,22 @@ std::string terminal_lines(std::string_view s) { return visible(s, true); }
 
 namespace {
 
-// A line's leading "::" (after spaces and tabs) as "\x3a:".
+// What .NET's String.TrimStart() skips (GitHub's runner trims a line so before it looks for
+// "::"): spaces and, once controls are escaped, the Unicode space characters.
+bool runner_space(char32_t cp) {
+  return cp == ' ' || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+// A line's leading "::" (after what the runner trims) as "\x3a:".
 std::string guard_command(std::string line) {
-  const std::size_t b = line.find_first_not_of(" \t");
-  if (b != std::string::npos && line.compare(b, 2, "::") == 0) line.replace(b, 1, "\\x3a");
+  std::size_t b = 0;
+  for (char32_t cp = 0; b < line.size();) {
+    const std::size_t n = utf8_sequence(line, b, cp);
+    if (n == 0 || !runner_space(cp)) break;
+    b += n;
+  }
+  if (line.compare(b, 2, "::") == 0) line.replace(b, 1, "\\x3a");
   return line;
 }
 

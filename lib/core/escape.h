@@ -11,7 +11,8 @@ namespace batchcheck {
 
 // One line, safe for a terminal and a CI log parser: every control character (C0 including
 // CR, LF and TAB, DEL, C1), the bidirectional overrides and isolates, and each byte that is not
-// valid UTF-8 become visible escapes (\n, \r, \t, \e, \xNN, \u{202E}); everything else is kept.
+// valid UTF-8 become visible escapes (\n, \r, \t, \x1b, \xNN, \u{202E}), and "##[" (a command to
+// GitHub's runner wherever it stands) becomes "#\x23["; everything else is kept.
 std::string terminal_text(std::string_view s);
 
 // The same, but a line break is kept as a line break (an indented continuation of a
@@ -19,7 +20,7 @@ std::string terminal_text(std::string_view s);
 std::string terminal_lines(std::string_view s);
 
 // terminal_text for text that starts a line of a log a CI runner reads: also a leading "::"
-// (after spaces, which GitHub's runner skips) is made "\x3a:", so the line cannot be read as a
+// (after spaces, Unicode ones included, which GitHub's runner trims) is made "\x3a:", so the line cannot be read as a
 // workflow command (::stop-commands::, ::add-mask::, ::error::).
 std::string log_text(std::string_view s);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <utility>
@@ -65,10 +66,12 @@ bool inside_folder(const std::string& path, const std::string& root) {
   bool under = true;
   for (auto ri = r.begin(); ri != r.end() && under; ++ri, ++pi) under = pi != p.end() && *pi == *ri;
   if (under && pi != p.end()) return true;
-  // A hard link from outside: walk the folder only when the file has other names.
-  if (!fs::is_regular_file(path, ec) || fs::hard_link_count(path, ec) < 2 || ec) return false;
-  for (fs::recursive_directory_iterator it(r, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  // A file that exists may be a member by another name: a hard link, or the target of a link
+  // inside the folder (the listing follows linked files and folders, as ImageFolder does).
+  if (!fs::exists(path, ec) || ec) return false;
+  const auto opts = fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink;
+  for (fs::recursive_directory_iterator it(r, opts, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 64) it.disable_recursion_pending();  // a folder linked into itself
     std::error_code e2;
     if (it->is_regular_file(e2) && fs::equivalent(it->path(), path, e2) && !e2) return true;
   }
@@ -80,12 +83,15 @@ bool inside_folder(const std::string& path, const std::string& root) {
 std::vector<RunFile> scan_inputs(const std::string& config_path, const Config& cfg) {
   std::vector<RunFile> in = {{config_path, "the config"},
                              {cfg.model.path, "the model"},
-                             {cfg.data.inputs, "the inputs"},
-                             {cfg.data.targets, "the targets"},
-                             {cfg.data.inputs_offsets, "the inputs' offsets"},
-                             {cfg.data.targets_offsets, "the targets' offsets"},
                              {cfg.loader.order_path, "the recorded order (loader.order)"}};
   if (cfg.data.format != DataFormat::ImageFolder) in.push_back({cfg.data.path, "the data file"});
+  // An image folder's or a .pt file's `inputs`/`targets` name fields, not files.
+  if (cfg.data.format == DataFormat::Npy) {
+    in.insert(in.end(), {{cfg.data.inputs, "the inputs"},
+                         {cfg.data.targets, "the targets"},
+                         {cfg.data.inputs_offsets, "the inputs' offsets"},
+                         {cfg.data.targets_offsets, "the targets' offsets"}});
+  }
   for (const auto& lib : cfg.model.libraries) in.push_back({lib, "an operator library of the model (model.libraries)"});
   for (std::size_t i = 0; i < cfg.data.field_files.size(); ++i) {
     in.push_back({cfg.data.field_files[i], "the data file of field " + cfg.data.field_names.at(i)});
@@ -149,13 +155,31 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   std::filesystem::path target(path);
   const std::string tmp = (target.parent_path() / (".batchcheck-" + std::to_string(::getpid()) + ".tmp")).string();
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) {
+    // A new file, never one that is there: a link planted under this name (a shared folder)
+    // would otherwise have its target truncated. A leftover of an earlier crash is removed
+    // (the link itself, not what it points at).
+    auto create = [&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); };
+    int fd = create();
+    if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = create();
+    if (fd < 0) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
+    const char* p = text.data();
+    std::size_t left = text.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = errno;
+        ::close(fd);
+        std::filesystem::remove(tmp);
+        throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(n < 0 ? e : ENOSPC));
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    if (::close(fd) != 0) {
+      const int e = errno;
       std::filesystem::remove(tmp);
-      throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
+      throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(e));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -257,9 +281,20 @@ void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, s
     err << "batchcheck: warning: " << terminal_text(*v.github_summary) << " ($GITHUB_STEP_SUMMARY) has no room left for the summary\n";
     return;
   }
-  std::ofstream out(*v.github_summary, std::ios::app | std::ios::binary);
-  out << markdown_view(report, static_cast<std::size_t>(kLimit - kMargin - used)) << "\n";
-  if (!out) throw InputError(*v.github_summary, "$GITHUB_STEP_SUMMARY", std::string("cannot append the summary: ") + std::strerror(errno));
+  // The runner's own file: never through a link (a dangling one would land where it points,
+  // past the output checks).
+  const int fd = ::open(v.github_summary->c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const std::string text = markdown_view(report, static_cast<std::size_t>(kLimit - kMargin - used)) + "\n";
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  const int e = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw InputError(*v.github_summary, "$GITHUB_STEP_SUMMARY", std::string("cannot append the summary: ") + std::strerror(e));
 }
 
 }  // namespace batchcheck

@@ -361,7 +361,19 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
     for (const auto& [k, p] : by_index) {
       check_same_config(part_config(part_field(p->j, "config", p->path), p->path), p->path, c, first_part.path);
     }
-    Config cfg = parse_config(c.file, c.text, c.dir);
+    Config cfg = [&] {
+      try {
+        return parse_config(c.file, c.text, c.dir);
+      } catch (const InputError& e) {
+        if (e.file() == c.file) throw;  // the config text itself
+        // A file the part's config names (its loader.order), opened where the part says: what
+        // it holds is never echoed back, the path having come from the part.
+        throw InputError(first_part.path, "config.loader.order",
+                         "the recorded order the part's config names (" + e.file() +
+                             ") does not load as the scan's order: merge where the scan's files are");
+      }
+    }();
+    if (in.files_read && !cfg.loader.order_path.empty()) in.files_read->push_back(cfg.loader.order_path);
     cfg.model.mode = c.mode;
     cfg.checks.max_batches = c.max_batches;
     const PartPlan plan(cfg, c.edges, part_field(first, "start", first_part.path), first_part.path);

@@ -66,6 +66,9 @@ ScanResult join_steps(Aggregator& agg, const nlohmann::ordered_json& start, cons
 struct MergeInput {
   std::vector<std::string> parts;
   FailOn fail_on = FailOn::Error;
+  // Where set: the files besides the parts that merge read (the recorded order the parts'
+  // config names), which no output may replace.
+  std::vector<std::string>* files_read = nullptr;
 };
 ScanResult merge_parts(const MergeInput& in, std::ostream& log);
 

@@ -29,7 +29,7 @@ std::string format_summary(const ScanResult& result) {
   line("first", b["first"]);
   if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
   for (const auto& f : result.findings) {
-    out << to_string(f.severity) << ": " << f.id;
+    out << to_string(f.severity) << ": " << terminal_text(f.id);  // a merged part's, as written
     if (f.probe) out << " (probe)";
     if (f.batch) out << " at batch " << *f.batch;
     if (f.rank && r["geometry"]["world_size"].get<uint64_t>() > 1) out << " of rank " << *f.rank;
@@ -66,15 +66,15 @@ std::string format_summary(const ScanResult& result) {
       std::string code = log_lines(fix.code.empty() ? fix.title : fix.code);
       // Multi-line code (a whole collate_fn) stays readable under its fix line.
       for (std::size_t p = code.find('\n'); p != std::string::npos; p = code.find('\n', p + 1)) code.insert(p + 1, "        ");
-      out << "    fix " << fix.id << ": " << code;
+      out << "    fix " << terminal_text(fix.id) << ": " << code;
       if (!fix.tradeoff.empty()) out << "  (" << terminal_text(fix.tradeoff) << ")";
       out << "\n";
     }
   }
   const auto& s = r["summary"];
-  out << "verdict: " << r["verdict"].get<std::string>() << " (" << plural(s["errors"].get<uint64_t>(), "error") << ", "
+  out << "verdict: " << terminal_text(r["verdict"].get<std::string>()) << " (" << plural(s["errors"].get<uint64_t>(), "error") << ", "
       << plural(s["warnings"].get<uint64_t>(), "warning") << ", " << plural(s["infos"].get<uint64_t>(), "info")
-      << "; --fail-on " << r["fail_on"].get<std::string>() << ")\n";
+      << "; --fail-on " << terminal_text(r["fail_on"].get<std::string>()) << ")\n";
   return out.str();
 }
 

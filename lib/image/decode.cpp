@@ -11,7 +11,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <iterator>
 
 extern "C" {
@@ -328,18 +331,41 @@ Decoded decode_image(const uint8_t* data, std::size_t size) try {
 }
 
 Decoded decode_image_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  auto failed = [](std::string why) {
     Decoded out;
-    out.error = std::string("cannot open: ") + std::strerror(errno);
+    out.error = std::move(why);
     return out;
+  };
+  // Without blocking: a FIFO named like an image would wait for a writer forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return failed(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    // A device (a link to /dev/zero) or a FIFO: PIL would read without end or block.
+    return failed("not a regular file (a device, a FIFO or a socket)");
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    Decoded out;
-    out.error = std::string("cannot read: ") + std::strerror(errno);
-    return out;
+  // An encoded image past 1 GiB is no photo: bounded before it is read into memory.
+  constexpr uint64_t kMaxImageBytes = uint64_t{1} << 30;
+  if (static_cast<uint64_t>(st.st_size) > kMaxImageBytes) {
+    ::close(fd);
+    return failed("the file is " + std::to_string(st.st_size) + " bytes, more than the 1 GiB batchcheck reads for one image");
   }
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return failed(std::string("cannot read: ") + std::strerror(e));
+    }
+    if (n == 0) break;  // shrank while read
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(got);
   return decode_image(bytes.data(), bytes.size());
 }
 

@@ -2,7 +2,8 @@
 // of root_cause and evidence) comes from the input, as bytes that may be anything. Every view
 // renders without throwing and keeps view_checks.h's properties: the JUnit parses as XML, the
 // HTML page has nothing the page of benign strings lacks, each GitHub command is one plain
-// line, the markdown holds no raw HTML and only the view's own lines. A violation aborts.
+// line, the markdown holds no raw HTML and only the view's own lines, the stderr summary has
+// no control character and no workflow command. A violation aborts.
 //
 // The input is the strings one after another, each ended by a backslash and one other byte
 // (FuzzedDataProvider's ConsumeRandomLengthString; "\\\\" is a backslash); once it runs out,
@@ -53,6 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p = vc::github_problems(batchcheck::github_commands(report));
   if (!p.empty()) fail(p, report);
   p = vc::html_problems(batchcheck::html_view(report), benign_page);
+  if (!p.empty()) fail(p, report);
+  p = vc::summary_problems(batchcheck::format_summary(vc::summary_input(report)));
   if (!p.empty()) fail(p, report);
   return 0;
 }

@@ -2,7 +2,9 @@
 // What every report view keeps, whatever strings a report holds (issue 29): the JUnit parses
 // as XML; the HTML page holds no element, attribute, class, script or link that the page of
 // benign strings does not; every GitHub workflow command is one line without a control
-// character; the markdown has no raw HTML but its own tags, and its lines are the view's own.
+// character; the markdown has no raw HTML but its own tags, and its lines are the view's own;
+// the human summary on stderr (format_summary) has no control character and no line a CI
+// runner would read as a workflow command.
 // Shared by the libFuzzer target fuzz_views.cpp and the core test test_view_escaping.cpp. Each
 // check returns "" or what is wrong.
 #include <libxml/HTMLparser.h>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "core/escape.h"
+#include "core/report.h"
+#include "core/scan.h"
 
 namespace batchcheck::view_checks {
 
@@ -357,6 +361,74 @@ inline std::string markdown_problems(const std::string& md, std::size_t findings
   if (in_code) return "markdown: a code block that does not end";
   if (!cut && findings > 0 && rows != findings + 2) {
     return "markdown: " + std::to_string(rows) + " table rows for " + std::to_string(findings) + " findings";
+  }
+  return "";
+}
+
+// The scan result the stderr summary shows, with the report's strings: its config, device,
+// mode, verdict and gate, and each finding's id, message, evidence, root cause, CUDA text,
+// occurrences' messages and fixes (the numbers fixed, as a scan makes them).
+inline ScanResult summary_input(const Json& report) {
+  auto text = [](const Json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  ScanResult r;
+  r.report = {{"config", text(report, "config")},
+              {"device", text(report, "device")},
+              {"mode", text(report, "mode")},
+              {"verdict", text(report, "verdict")},
+              {"fail_on", text(report, "fail_on")},
+              {"batches", {{"checked", 3}, {"first", nullptr}, {"last", nullptr}}},
+              {"geometry", {{"world_size", 2}}},
+              {"summary", {{"errors", 1}, {"warnings", 0}, {"infos", 0}}}};
+  uint64_t n = 0;
+  for (const auto& f : report["findings"]) {
+    Finding out;
+    out.id = text(f, "id");
+    out.severity = Severity::Error;
+    out.message = text(f, "message");
+    out.batch = n++;
+    out.rank = 1;
+    out.samples = {1, 2};
+    out.count = 2;
+    out.cuda_equivalent = text(f, "cuda_equivalent");
+    if (f.contains("evidence") && f["evidence"].is_object()) out.evidence = f["evidence"];
+    if (f.contains("root_cause") && f["root_cause"].is_object()) out.root_cause = f["root_cause"];
+    for (const auto& fix : f.value("fixes", Json::array())) {
+      out.fixes.push_back({text(fix, "id"), text(fix, "title"), text(fix, "code"), text(fix, "tradeoff"), {}});
+    }
+    for (const auto& o : f.value("occurrences", Json::array())) {
+      Occurrence occ;
+      occ.batch = n;
+      occ.message = text(o, "message");
+      out.occurrences.push_back(std::move(occ));
+    }
+    // Strings the summary reads from the evidence and the root cause, whatever the template has.
+    out.evidence["location"] = out.message;
+    out.evidence["source_line"] = out.cuda_equivalent;
+    if (!out.root_cause.is_object()) out.root_cause = Json::object();
+    out.root_cause["file"] = out.id;
+    out.root_cause["line"] = 3;
+    out.root_cause["source_line"] = out.message;
+    r.findings.push_back(std::move(out));
+  }
+  return r;
+}
+
+// The summary's lines: no control character (a fix's code keeps its own line breaks, each its
+// own line), and none that starts, after spaces, with "::" (GitHub's runner trims them).
+inline std::string summary_problems(const std::string& text) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(start, nl - start);
+    const std::string c = control_in(line);
+    if (!c.empty()) return "summary: " + c + " in: " + line;
+    const std::size_t b = line.find_first_not_of(' ');
+    if (b != std::string::npos && line.compare(b, 2, "::") == 0) return "summary: a workflow command: " + line;
+    if (line.find("##[") != std::string::npos) return "summary: GitHub's older command form: " + line;
+    start = nl + 1;
   }
   return "";
 }
