@@ -190,8 +190,10 @@ int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
   std::vector<std::string> read;
   in.files_read = &read;
   ScanResult result = merge_parts(in, progress);
-  for (const auto& f : read) parts.push_back({f, "the recorded order (loader.order) of the parts' config"});
-  refuse_clobbering(scan_outputs(cmd), parts);
+  // The parts were checked above; what merge read besides them is known only now.
+  std::vector<RunFile> order;
+  for (const auto& f : read) order.push_back({f, "the recorded order (loader.order) of the parts' config"});
+  refuse_clobbering(scan_outputs(cmd), order);
   deliver_report(cmd, result, out, err);
   return result.failed ? 1 : 0;
 }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace batchcheck {
 
@@ -49,6 +50,10 @@ bool is_device_assert(const std::string& m) { return contains(m, "device-side as
 
 bool is_out_of_memory(const std::string& m) {
   return contains_any(m, {"can't allocate memory", "CUDA out of memory", "std::bad_alloc", "OutOfMemoryError"});
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_out_of_memory(std::string(e.what()));
 }
 
 std::optional<uint64_t> allocation_bytes(const std::string& m) {

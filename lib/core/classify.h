@@ -2,6 +2,7 @@
 // Forward failures → finding ids, and the CUDA message each fault gives on a GPU: tables
 // of the error texts LibTorch raises (see the README's field notes on CPU vs CUDA).
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,8 @@ bool is_device_assert(const std::string& message);
 // An allocation that failed (LibTorch's CPU or CUDA allocator, or std::bad_alloc): the batch
 // needs more memory than the device has. allocation_bytes: the bytes it asked for, when said.
 bool is_out_of_memory(const std::string& message);
+// The same for an exception caught around a batch: std::bad_alloc, or a LibTorch error saying so.
+bool is_out_of_memory(const std::exception& e);
 std::optional<uint64_t> allocation_bytes(const std::string& message);
 
 // The device-side assert the same indexing fault fires on CUDA, or "".

@@ -1,6 +1,5 @@
 #include "core/forward_stage.h"
 
-#include <new>
 #include <optional>
 
 #include "core/classify.h"
@@ -18,10 +17,6 @@ Emitted out_of_memory_finding(const std::string& what, const std::string& error,
               (bytes ? " (it asked for " + std::to_string(*bytes) + " bytes)" : std::string()) + ": " + error +
               "; training dies here the same way",
           ev, all_rows(n), n, ""};
-}
-
-bool is_out_of_memory(const std::exception& e) {
-  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_out_of_memory(std::string(e.what()));
 }
 
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx) {

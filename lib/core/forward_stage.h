@@ -1,5 +1,4 @@
 #pragma once
-#include <exception>
 // The forward stage's failure: a forward that raised becomes one finding over the whole batch,
 // classified by what the error says and what the scan knows (the largest batch size that ran,
 // the input's dtype, the model's BatchNorm modules). Pure: unit-tested on error strings.
@@ -23,8 +22,6 @@ struct ForwardFailureContext {
 // batch-out-of-memory for an allocation that failed while `what` ran on a batch of n ("forward",
 // "the loss", "loss.backward()", "checking the prediction"), with the bytes it asked for.
 Emitted out_of_memory_finding(const std::string& what, const std::string& error, uint64_t n);
-// Whether an exception is an allocation that failed (std::bad_alloc, LibTorch's allocators).
-bool is_out_of_memory(const std::exception& e);
 
 // id "cuda-device-assert" means the device is lost: nothing after it can run.
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);

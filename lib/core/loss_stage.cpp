@@ -8,7 +8,6 @@
 
 namespace batchcheck {
 
-
 std::optional<Emitted> loss_finding(const LossResult& loss, const LossConfig& cfg, uint64_t n,
                                     const ValueStats* class_target_stats) {
   const std::string name = to_string(cfg.type);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/catalog.h"
+#include "core/classify.h"
 #include "core/collate_stage.h"
 #include "core/contract.h"
 #include "core/error_text.h"

@@ -41,6 +41,17 @@ namespace fs = std::filesystem;
 // Whether two paths name one file: the same inode where both exist (a symlink or a hard link
 // to it included); else the same path once symlinks and dots are resolved (two outputs not
 // written yet).
+// Writes all of `text` to `fd` (a short write or EINTR goes on); 0, or the errno that stopped it.
+int write_all(int fd, const std::string& text) {
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   const bool a_exists = fs::exists(a, ec), b_exists = fs::exists(b, ec);
@@ -162,19 +173,10 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     int fd = create();
     if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = create();
     if (fd < 0) throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(errno));
-    const char* p = text.data();
-    std::size_t left = text.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = errno;
-        ::close(fd);
-        std::filesystem::remove(tmp);
-        throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(n < 0 ? e : ENOSPC));
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
+    if (const int e = write_all(fd, text)) {
+      ::close(fd);
+      std::filesystem::remove(tmp);
+      throw InputError(path, "", std::string("cannot write the report: ") + std::strerror(e));
     }
     if (::close(fd) != 0) {
       const int e = errno;
@@ -285,16 +287,9 @@ void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, s
   // past the output checks).
   const int fd = ::open(v.github_summary->c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   const std::string text = markdown_view(report, static_cast<std::size_t>(kLimit - kMargin - used)) + "\n";
-  bool ok = fd >= 0;
-  for (std::size_t done = 0; ok && done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<std::size_t>(n);
-  }
-  const int e = errno;
+  const int e = fd < 0 ? errno : write_all(fd, text);
   if (fd >= 0) ::close(fd);
-  if (!ok) throw InputError(*v.github_summary, "$GITHUB_STEP_SUMMARY", std::string("cannot append the summary: ") + std::strerror(e));
+  if (e) throw InputError(*v.github_summary, "$GITHUB_STEP_SUMMARY", std::string("cannot append the summary: ") + std::strerror(e));
 }
 
 }  // namespace batchcheck
