@@ -7,16 +7,17 @@
 #include <exception>
 #include <iostream>
 
-#include "core/catalog.h"
-#include "core/errors.h"
-#include "core/escape.h"
-#include "core/json_input.h"
-#include "core/scan_setup.h"
-#include "core/shard.h"
-#include "core/views.h"
-#include "core/suggest.h"
-#include "core/text.h"
-#include "core/info.h"
+#include "core/base/errors.h"
+#include "core/base/escape.h"
+#include "core/base/info.h"
+#include "core/base/json_input.h"
+#include "core/base/text.h"
+#include "core/command/scan_setup.h"
+#include "core/journal/merge.h"
+#include "core/journal/shard.h"
+#include "core/plan/suggest.h"
+#include "core/report/catalog.h"
+#include "core/views/views.h"
 #include "engine/scan_command.h"
 #include "scan_entry.h"
 

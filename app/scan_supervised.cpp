@@ -16,8 +16,8 @@
 #include <new>
 #include <exception>
 
-#include "core/errors.h"
-#include "core/journal.h"
+#include "core/base/errors.h"
+#include "core/journal/journal.h"
 #include "engine/scan_module.h"
 #include "scan_entry.h"
 #include "supervise/supervisor.h"

@@ -17,10 +17,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/allocator.h"
-#include "core/config.h"
-#include "core/geometry.h"
-#include "core/npy.h"
+#include "core/base/allocator.h"
+#include "core/config/config.h"
+#include "core/parse/npy.h"
+#include "core/plan/geometry.h"
 
 using namespace batchcheck;
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "engine/fixtures.h"
 #include "engine/localize.h"
 #include "engine/model_runner.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/npy.h"
+#include "core/parse/npy.h"
 #include "engine/fixtures.h"
 
 using namespace batchcheck;

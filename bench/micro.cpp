@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
-#include "core/factor.h"
-#include "core/value_check.h"
+#include "core/pipeline/value_check.h"
+#include "core/plan/factor.h"
 
 using namespace batchcheck;
 

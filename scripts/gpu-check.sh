@@ -77,7 +77,7 @@ done
 say "4. the real loop on cuda, in a child process, runs into the device-side assert at the named batch"
 for c in "${CASES[@]}"; do
   named=$(findings "$OUT/$c.cuda.json" | awk 'NR == 1 {print $3}')
-  got=$("$PY" tests/cuda/device_assert.py "sample_configs/$c.json" 2>"$OUT/$c.assert.stderr" | tail -1)
+  got=$("$PY" tests/e2e/cuda/device_assert.py "sample_configs/$c.json" 2>"$OUT/$c.assert.stderr" | tail -1)
   batch=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])["batch"])' "$got")
   error=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1]).get("error", ""))' "$got")
   if [[ "$batch" != "$named" || "$error" != *"device-side assert"* ]]; then

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/errors.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/text.h"
 #include "engine/data_source.h"
 
 namespace batchcheck {

@@ -6,11 +6,11 @@
 #include <memory>
 #include <string>
 
-#include "core/contract.h"
-#include "core/error_text.h"
-#include "core/errors.h"
-#include "core/npy.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/text.h"
+#include "core/findings/error_text.h"
+#include "core/parse/npy.h"
+#include "core/pipeline/contract.h"
 #include "engine/data_fields.h"
 #include "engine/torch_util.h"
 

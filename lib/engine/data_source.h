@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/config.h"
+#include "core/config/config.h"
+#include "core/pipeline/backend.h"
 
 namespace batchcheck {
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/npy.h"
+#include "core/parse/npy.h"
 
 namespace batchcheck {
 

@@ -3,7 +3,7 @@
 // (uint8 -> float / 255) and Normalize with LibTorch's own ops, so the floats are PyTorch's.
 #include <ATen/Parallel.h>
 
-#include "core/errors.h"
+#include "core/base/errors.h"
 #include "engine/data_fields.h"
 #include "engine/data_source.h"
 #include "image/folder.h"

@@ -4,14 +4,14 @@
 // value the model computes is seen as it is made. Says which operation first made a NaN or
 // Inf (with the statistics of what it was given), or which last took the prediction out of
 // the loss's range, with the module path and the original source line from the archive's
-// debug records. Engine-internal; the result is torch-free (core/root_cause.h).
+// debug records. Engine-internal; the result is torch-free (core/findings/root_cause.h).
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 
 #include <memory>
 #include <vector>
 
-#include "core/root_cause.h"
+#include "core/findings/root_cause.h"
 
 namespace torch::jit {
 struct Graph;

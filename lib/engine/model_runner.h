@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/config.h"
-#include "core/root_cause.h"
+#include "core/config/config.h"
+#include "core/findings/root_cause.h"
+#include "core/pipeline/backend.h"
 
 namespace batchcheck {
 

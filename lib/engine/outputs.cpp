@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "core/errors.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/text.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 namespace batchcheck {
 

@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "core/errors.h"
-#include "core/int128.h"
+#include "core/base/errors.h"
+#include "core/base/int128.h"
 
 namespace batchcheck {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/geometry.h"
+#include "core/plan/geometry.h"
 
 namespace batchcheck {
 

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "core/errors.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/text.h"
 #include "engine/compat.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/errors.h"
-#include "core/zip.h"
+#include "core/base/errors.h"
+#include "core/parse/zip.h"
 
 namespace batchcheck {
 

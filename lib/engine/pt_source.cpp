@@ -12,12 +12,12 @@
 #include <optional>
 #include <string>
 
-#include "core/error_text.h"
-#include "core/errors.h"
-#include "core/file_kind.h"
-#include "core/files.h"
-#include "core/pickle_check.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/files.h"
+#include "core/base/text.h"
+#include "core/findings/error_text.h"
+#include "core/parse/file_kind.h"
+#include "core/parse/pickle_check.h"
 #include "engine/data_fields.h"
 #include "engine/data_source.h"
 #include "engine/pt_mapped.h"

@@ -14,15 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/classify.h"
-#include "core/error_text.h"
-#include "core/forward_stage.h"
-#include "core/errors.h"
-#include "core/journal.h"
-#include "core/replay.h"
-#include "core/scan.h"
-#include "core/info.h"
+#include "core/base/allocator.h"
+#include "core/base/errors.h"
+#include "core/base/info.h"
+#include "core/command/run_scan.h"
+#include "core/findings/error_text.h"
+#include "core/journal/journal.h"
+#include "core/pipeline/classify.h"
+#include "core/pipeline/forward_stage.h"
+#include "core/scan/replay.h"
 #include "engine/permutation.h"
 #include "engine/torch_backend.h"
 

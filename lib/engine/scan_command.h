@@ -4,7 +4,7 @@
 #include <ostream>
 #include <string>
 
-#include "core/scan_setup.h"
+#include "core/command/scan_setup.h"
 
 namespace batchcheck {
 

@@ -4,8 +4,8 @@
 #include <ostream>
 #include <string>
 
-#include "core/error_text.h"
-#include "core/errors.h"
+#include "core/base/errors.h"
+#include "core/findings/error_text.h"
 #include "engine/scan_command.h"
 #include "engine/scan_module.h"
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/errors.h"
+#include "core/base/errors.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/config.h"
-#include "core/value_check.h"
+#include "core/config/config.h"
+#include "core/pipeline/backend.h"
+#include "core/pipeline/value_check.h"
 
 namespace batchcheck {
 

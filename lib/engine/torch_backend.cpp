@@ -18,15 +18,15 @@
 #include <mutex>
 #include <set>
 
-#include "core/contract.h"
-#include "core/errors.h"
-#include "core/escape.h"
-#include "core/text.h"
-#include "core/worker.h"
+#include "core/base/errors.h"
+#include "core/base/escape.h"
+#include "core/base/text.h"
+#include "core/pipeline/contract.h"
+#include "core/pipeline/worker.h"
 #include "engine/compat.h"
 #include "engine/data_source.h"
-#include "engine/model_runner.h"
 #include "engine/localize.h"
+#include "engine/model_runner.h"
 #include "engine/outputs.h"
 #include "engine/tensor_checks.h"
 #include "engine/torch_util.h"

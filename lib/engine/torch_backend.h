@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "core/backend.h"
-#include "core/config.h"
+#include "core/config/config.h"
+#include "core/pipeline/backend.h"
 
 namespace batchcheck {
 

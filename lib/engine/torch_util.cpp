@@ -13,9 +13,9 @@
 #include <iterator>
 #include <typeinfo>
 
-#include "core/errors.h"
-#include "core/files.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/files.h"
+#include "core/base/text.h"
 
 namespace batchcheck {
 

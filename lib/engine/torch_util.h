@@ -7,9 +7,9 @@
 #include <exception>
 #include <string>
 
-#include "core/backend.h"
-#include "core/error_text.h"
-#include "core/npy.h"
+#include "core/findings/error_text.h"
+#include "core/parse/npy.h"
+#include "core/pipeline/backend.h"
 #include "engine/torch_backend.h"  // load_cuda_runtime
 
 namespace batchcheck {

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/errors.h"
-#include "core/file_kind.h"
-#include "core/files.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/files.h"
+#include "core/base/text.h"
+#include "core/parse/file_kind.h"
 #include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"

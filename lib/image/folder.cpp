@@ -9,8 +9,8 @@
 #include <set>
 #include <utility>
 
-#include "core/errors.h"
-#include "core/text.h"
+#include "core/base/errors.h"
+#include "core/base/text.h"
 
 namespace batchcheck {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <utility>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "image/decode.h"
 
 namespace batchcheck {

@@ -4,10 +4,11 @@
 #include <atomic>
 #include <cstddef>
 #include <ostream>
+#include <string>
 #include <sys/types.h>
 
-#include "core/aggregate.h"
-#include "core/journal.h"
+#include "core/journal/aggregate.h"
+#include "core/journal/journal.h"
 #include "supervise/supervisor.h"
 
 namespace batchcheck {
@@ -25,6 +26,11 @@ EngineChild start_engine_child(const SupervisorOptions& opt);
 void discard_engine_child(EngineChild& child);
 // Whether it is still running (not reaped: it may still be handed its request).
 bool engine_child_alive(const EngineChild& child);
+// Writes the request on the child's fd 3 and closes it (a child that died already: its exit
+// status says how).
+void send_request(EngineChild& child, const std::string& request);
+// A stack or address-space limit small enough to crash LibTorch, said in the error ("" if none).
+std::string limits_note();
 
 struct DriveResult {
   ScanEnd end;

@@ -1,7 +1,7 @@
 // `scan --jobs J` and its default: engine children side by side, each replaying every J-th
-// step with its share of the intra-op threads (core/jobs.h decides the default from the
+// step with its share of the intra-op threads (core/journal/jobs.h decides the default from the
 // first job's measured steps), their committed journals merged in step order into the
-// report one child would have written (core/shard.h's join_steps, as `merge` does).
+// report one child would have written (core/journal/shard.h's join_steps, as `merge` does).
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,9 +19,9 @@
 #include <sstream>
 #include <thread>
 
-#include "core/errors.h"
-#include "core/jobs.h"
-#include "core/shard.h"
+#include "core/base/errors.h"
+#include "core/journal/jobs.h"
+#include "core/journal/shard.h"
 #include "supervise/drive.h"
 
 namespace batchcheck {

@@ -1,6 +1,6 @@
 #pragma once
 // The supervised scan: the torch-free batchcheck process runs the replay in an engine child
-// process and builds the report from the child's journal (core/journal.h). A child that
+// process and builds the report from the child's journal (core/journal/journal.h). A child that
 // dies (a signal, an abort, the OOM killer) or overruns --batch-timeout becomes one line
 // while loading, or a finding at its batch after which a fresh child goes on; SIGINT and
 // SIGTERM are the parent's, so they work while the child is stuck.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/scan_setup.h"
+#include "core/command/scan_setup.h"
 
 namespace batchcheck {
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/errors.h"
-#include "core/findings.h"
-#include "core/geometry.h"
-#include "core/order.h"
+#include "core/base/errors.h"
+#include "core/config/config.h"
+#include "core/findings/findings.h"
+#include "core/parse/order.h"
+#include "core/plan/geometry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

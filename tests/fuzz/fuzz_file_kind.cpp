@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/file_kind.h"
+#include "core/parse/file_kind.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/errors.h"
-#include "core/npy.h"
+#include "core/base/errors.h"
+#include "core/parse/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);

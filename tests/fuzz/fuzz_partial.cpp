@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/clean_rows.h"
-#include "core/errors.h"
+#include "core/base/errors.h"
+#include "core/journal/clean_rows.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/pickle_check.h"
+#include "core/parse/pickle_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/html_view.h"
-#include "core/views.h"
+#include "core/views/html_view.h"
+#include "core/views/views.h"
 #include "view_checks.h"
 
 namespace {

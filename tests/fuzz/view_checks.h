@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/escape.h"
-#include "core/report.h"
-#include "core/scan.h"
+#include "core/base/escape.h"
+#include "core/report/report.h"
+#include "core/views/summary.h"
 
 namespace batchcheck::view_checks {
 

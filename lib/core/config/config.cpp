@@ -1,0 +1,417 @@
+#include "core/config/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/base/errors.h"
+#include "core/base/json_input.h"
+#include "core/base/text.h"
+#include "core/config/config_parts.h"
+
+namespace batchcheck {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct LossName {
+  const char* name;
+  LossType type;
+};
+constexpr LossName kLossNames[] = {
+    {"bce", LossType::Bce},     {"bce_with_logits", LossType::BceWithLogits},
+    {"cross_entropy", LossType::CrossEntropy}, {"nll", LossType::Nll},
+    {"mse", LossType::Mse},     {"l1", LossType::L1},
+    {"smooth_l1", LossType::SmoothL1},         {"none", LossType::None},
+    {"model", LossType::Model},
+};
+
+}  // namespace
+
+std::string resolve_path(const std::string& base_dir, const std::string& p) {
+  fs::path path(p);
+  if (path.is_absolute() || base_dir.empty()) return path.lexically_normal().string();
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) {
+  auto values = obj.number_list(key);
+  if (!values) return std::nullopt;
+  if (values->size() != 2) {
+    obj.fail(key, "expected [low, high], got an array of " + std::to_string(values->size()) + " numbers");
+  }
+  Range r{(*values)[0], (*values)[1]};
+  if (r.lo > r.hi) {
+    obj.fail(key, "low bound " + format_number(r.lo) + " is greater than high bound " + format_number(r.hi));
+  }
+  return r;
+}
+
+void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
+  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries"});
+  parse_inputs(m, out);
+  if (const json* libs = m.find("libraries")) {
+    if (!libs->is_array()) m.fail("libraries", "expected an array of shared library paths (.so), got " + describe_json(*libs));
+    for (std::size_t i = 0; i < libs->size(); ++i) {
+      const json& l = (*libs)[i];
+      if (!l.is_string() || l.get<std::string>().empty()) {
+        m.fail("libraries[" + std::to_string(i) + "]", "expected a shared library path, got " + describe_json(l));
+      }
+      out.libraries_display.push_back(l.get<std::string>());
+      out.libraries.push_back(resolve_path(base, l.get<std::string>()));
+    }
+  }
+  const std::string path = m.required_string("path");
+  out.path = resolve_path(base, path);
+  if (auto format = m.choice("format", {"torchscript", "pt2"})) {
+    out.format = *format == "pt2" ? ModelFormat::Pt2 : ModelFormat::TorchScript;
+  } else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0) {
+    out.format = ModelFormat::Pt2;
+  }
+  auto mode = m.choice("mode", {"train", "eval"});
+  if (mode) out.mode = *mode == "train" ? Mode::Train : Mode::Eval;
+  if (out.format == ModelFormat::Pt2) {
+    if (mode == "train") m.fail("mode", std::string(kPt2NoTrain));
+    out.mode = Mode::Eval;
+  }
+  if (const json* o = m.find("output")) {
+    if (o->is_string()) {
+      out.output = o->get<std::string>();
+    } else if (o->is_number_integer()) {
+      out.output = o->get<int64_t>();
+    } else {
+      m.fail("output", "expected an integer index or a string key, got " + describe_json(*o));
+    }
+  }
+}
+
+void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
+  d.reject_unknown({"format", "inputs", "targets", "path", "transform"});
+  auto format = d.choice("format", {"npy", "pt", "imagefolder"});
+  if (format == "imagefolder") {
+    out.format = DataFormat::ImageFolder;
+    for (const char* key : {"inputs", "targets"}) {
+      if (d.has(key)) d.fail(key, "not used with format \"imagefolder\": its samples are (image, class index), the classes its sub-folders");
+    }
+    out.path_display = d.required_string("path");
+    out.path = resolve_path(base, out.path_display);
+    out.inputs = "inputs";
+    out.targets = "targets";
+    if (d.has("transform")) parse_image_transform(d, out.transform);
+    return;
+  }
+  if (d.has("transform")) d.fail("transform", "only used with format \"imagefolder\" (torchvision's image transforms)");
+  auto path = d.string("path");
+  const json* inputs_value = d.find("inputs");
+  // {"values": "v.npy", "offsets": "o.npy"}: one variable-length field (else a field map).
+  auto ragged = [](const json* v) { return v && v->is_object() && v->size() == 2 && v->contains("values") && v->contains("offsets"); };
+  // Reads a ragged field's two files: values (resolved, displayed), offsets (resolved, displayed).
+  auto ragged_files = [&](const JsonObject& spec, std::string& values, std::string& values_display, std::string& offsets,
+                          std::string& offsets_display) {
+    values_display = spec.required_string("values");
+    offsets_display = spec.required_string("offsets");
+    if (values_display.empty()) spec.fail("values", "expected a .npy file name");
+    if (offsets_display.empty()) spec.fail("offsets", "expected a .npy file name");
+    values = resolve_path(base, values_display);
+    offsets = resolve_path(base, offsets_display);
+  };
+  const bool inputs_ragged = ragged(inputs_value);
+  const bool inputs_map = inputs_value && inputs_value->is_object() && !inputs_ragged;
+  if ((inputs_map || inputs_ragged) && (format == "pt" || path)) {
+    d.fail("inputs", "an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
+  }
+  if (inputs_ragged) {
+    ragged_files(d.object("inputs"), out.inputs, out.inputs_display, out.inputs_offsets, out.inputs_offsets_display);
+    format = "npy";
+  }
+  if (inputs_map) {
+    if (inputs_value->empty()) d.fail("inputs", "expected at least one field -> .npy file");
+    const JsonObject map = d.object("inputs");
+    for (const auto& item : inputs_value->items()) {
+      out.field_names.push_back(item.key());
+      if (ragged(&item.value())) {
+        std::string values, values_display, offsets, offsets_display;
+        ragged_files(map.object(item.key()), values, values_display, offsets, offsets_display);
+        out.field_displays.push_back(values_display);
+        out.field_files.push_back(values);
+        out.field_offsets.push_back(offsets);
+        out.field_offsets_displays.push_back(offsets_display);
+        continue;
+      }
+      if (!item.value().is_string() || item.value().get<std::string>().empty()) {
+        d.fail("inputs." + item.key(), "expected a .npy file name, or {\"values\": ..., \"offsets\": ...} for a variable-length field, got " +
+                                           describe_json(item.value()));
+      }
+      out.field_displays.push_back(item.value().get<std::string>());
+      out.field_files.push_back(resolve_path(base, item.value().get<std::string>()));
+      out.field_offsets.emplace_back();
+      out.field_offsets_displays.emplace_back();
+    }
+    format = "npy";
+  }
+  auto inputs = inputs_map      ? std::optional<std::string>(out.field_displays.front())
+                : inputs_ragged ? std::optional<std::string>(out.inputs_display)
+                                : d.string("inputs");
+  if (!format) {
+    // Inferred from the file extension, as SPEC.md promises.
+    if (path && (ends_with(*path, ".pt") || ends_with(*path, ".pth"))) {
+      format = "pt";
+    } else if (inputs && ends_with(*inputs, ".npy")) {
+      format = "npy";
+    } else if (path || inputs) {
+      d.fail("format", "cannot infer the format from the file extension; set \"format\" to \"npy\", \"pt\" or \"imagefolder\"");
+    } else {
+      d.fail("inputs", "missing required key");
+    }
+  }
+  out.format = *format == "npy" ? DataFormat::Npy : DataFormat::Pt;
+  if (out.format == DataFormat::Npy) {
+    if (path) d.fail("path", "not used with format \"npy\"; name the files in \"inputs\" and \"targets\"");
+    if (!inputs_ragged) {
+      out.inputs_display = inputs_map ? out.field_displays.front() : d.required_string("inputs");
+      out.inputs = resolve_path(base, out.inputs_display);
+    }
+    const json* targets_value = d.find("targets");
+    if (ragged(targets_value)) {
+      ragged_files(d.object("targets"), out.targets, out.targets_display, out.targets_offsets, out.targets_offsets_display);
+      out.has_targets = true;
+      return;
+    }
+    auto targets = d.string("targets");
+    out.has_targets = targets.has_value();
+    if (targets) {
+      if (targets->empty()) d.fail("targets", "expected a non-empty string");
+      out.targets_display = *targets;
+      out.targets = resolve_path(base, *targets);
+    }
+  } else {
+    out.path_display = d.required_string("path");
+    out.path = resolve_path(base, out.path_display);
+    out.inputs = inputs.value_or("inputs");
+    // An explicit key must exist in the file; the default one may be absent (no targets).
+    out.has_targets = true;
+    out.targets = d.string("targets").value_or("targets");
+    out.targets_explicit = d.has("targets");
+  }
+}
+
+
+void parse_loss(const JsonObject& l, LossConfig& out) {
+  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta", "aux"});
+  if (auto target = l.string("target")) {
+    if (target->empty()) l.fail("target", "expected a field name");
+    out.target = *target;
+  }
+  auto type = l.choice("type", loss_type_names());
+  if (!type) l.fail("type", "missing required key");
+  out.type = *parse_loss_type(*type);
+  if (auto ii = l.integer("ignore_index")) out.ignore_index = *ii;
+  if (auto r = l.choice("reduction", {"mean", "sum", "none"})) {
+    out.reduction = *r == "mean" ? Reduction::Mean : *r == "sum" ? Reduction::Sum : Reduction::None;
+  }
+  if (auto w = l.number_list("weight")) out.weight = *w;
+  if (const json* pw = l.find("pos_weight")) {
+    if (pw->is_number()) {
+      out.pos_weight = {pw->get<double>()};
+    } else {
+      out.pos_weight = *l.number_list("pos_weight");
+    }
+    if (out.type != LossType::BceWithLogits) l.fail("pos_weight", "only used with type \"bce_with_logits\"");
+  }
+  if (auto ls = l.number("label_smoothing")) {
+    if (*ls < 0 || *ls > 1) l.fail("label_smoothing", "expected a number in [0, 1], got " + format_number(*ls));
+    out.label_smoothing = *ls;
+  }
+  if (auto b = l.number("beta")) {
+    if (*b < 0) l.fail("beta", "expected a non-negative number, got " + format_number(*b));
+    out.beta = *b;
+  }
+  if (const json* aux = l.find("aux")) {
+    if (!aux->is_object() || aux->empty()) {
+      l.fail("aux", "expected an object of extra outputs and their weights, e.g. {\"aux\": 0.5} (a dict key, or a "
+                    "tuple index as \"1\"), got " + describe_json(*aux));
+    }
+    for (const auto& item : aux->items()) {
+      const json& w = item.value();
+      if (item.key().empty()) l.fail("aux", "an empty output key");
+      if (!w.is_number() || !std::isfinite(w.get<double>()) || w.get<double>() < 0) {
+        l.fail("aux." + item.key(), "expected the output's weight in the loss, a non-negative number, got " + describe_json(w));
+      }
+      out.aux.emplace_back(item.key(), w.get<double>());
+    }
+    if (out.type == LossType::None || out.type == LossType::Model) {
+      l.fail("aux", std::string("needs a loss \"type\" batchcheck computes: each extra output is compared with the target by that loss") +
+                        (out.type == LossType::Model ? " (with \"model\", forward's own loss already adds its heads)" : ""));
+    }
+  }
+}
+
+// loss.aux selects outputs the way model.output selects the prediction.
+void check_aux_outputs(const JsonObject& top, const Config& cfg) {
+  if (cfg.loss.aux.empty()) return;
+  const JsonObject loss = top.object("loss");
+  const auto& out = cfg.model.output;
+  if (!out) {
+    loss.fail("aux", "needs model.output: the model returns several outputs, and model.output names the prediction among them");
+  }
+  for (const auto& [key, weight] : cfg.loss.aux) {
+    if (std::holds_alternative<int64_t>(*out)) {
+      const auto magnitude = parse_u64(key[0] == '-' ? key.substr(1) : key);
+      if (!magnitude) {
+        loss.fail("aux." + key, "model.output is an index, so the model returns a tuple or list: name each extra output by its index (\"1\")");
+      }
+      if (*magnitude > 1000000) loss.fail("aux." + key, "is not an index of a tuple the model could return");
+    }
+    const bool same = std::holds_alternative<std::string>(*out) ? std::get<std::string>(*out) == key
+                                                                : std::to_string(std::get<int64_t>(*out)) == key;
+    if (same) loss.fail("aux." + key, "is model.output, the prediction itself; list only the extra outputs");
+  }
+}
+
+void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& model) {
+  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward", "root_cause"});
+  out.output_range = parse_range(c, "output_range");
+  out.target_range = parse_range(c, "target_range");
+  // Each probe is a forward on a fresh model: a list this long is a mistake, not a plan.
+  // Counted on the parsed array, before a vector is built from it. A probe's size needs no
+  // bound of its own: sizes above the dataset's sample count are skipped.
+  if (const json* p = c.find("probe_batch_sizes"); p && p->is_array() && p->size() > kMaxProbeSizes) {
+    c.fail("probe_batch_sizes", "at most " + std::to_string(kMaxProbeSizes) + " probe sizes, got " + std::to_string(p->size()));
+  }
+  if (auto p = c.uint_list("probe_batch_sizes", 1)) out.probe_batch_sizes = *p;
+  out.max_batches = c.uint("max_batches").value_or(0);
+  out.backward = c.boolean("backward");
+  out.root_cause = c.boolean("root_cause").value_or(true);
+  if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {
+    c.fail("backward", "a .pt2 program (AOTInductor) has no autograd: backward runs only with a TorchScript archive");
+  }
+}
+
+}  // namespace
+
+bool backward_enabled(const Config& cfg) { return cfg.checks.backward.value_or(cfg.model.mode == Mode::Train); }
+
+const char* to_string(SamplerKind k) {
+  switch (k) {
+    case SamplerKind::Sequential: return "sequential";
+    case SamplerKind::Random: return "random";
+    case SamplerKind::Distributed: return "distributed";
+  }
+  return "sequential";
+}
+
+const char* to_string(Mode m) { return m == Mode::Train ? "train" : "eval"; }
+
+const char* to_string(LossType t) {
+  for (const auto& n : kLossNames) {
+    if (n.type == t) return n.name;
+  }
+  return "none";
+}
+
+const char* to_string(Reduction r) {
+  switch (r) {
+    case Reduction::Mean: return "mean";
+    case Reduction::Sum: return "sum";
+    case Reduction::None: return "none";
+  }
+  return "mean";
+}
+
+const char* to_string(DataFormat f) { return f == DataFormat::Npy ? "npy" : "pt"; }
+
+std::optional<LossType> parse_loss_type(const std::string& s) {
+  for (const auto& n : kLossNames) {
+    if (s == n.name) return n.type;
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& loss_type_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& n : kLossNames) v.emplace_back(n.name);
+    return v;
+  }();
+  return names;
+}
+
+bool valid_device(const std::string& device) {
+  if (device == "cpu" || device == "cuda" || device == "auto") return true;
+  if (device.rfind("cuda:", 0) == 0) {
+    auto n = parse_u64(device.substr(5));
+    return n && *n < 1024;
+  }
+  return false;
+}
+
+namespace {
+
+Config config_from_json(const std::string& display_path, const json& root, const std::string& base_dir) {
+  JsonObject top(display_path, "", root);
+  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync"});
+
+  Config cfg;
+  cfg.file = display_path;
+  parse_model(top.object("model"), base_dir, cfg.model);
+  parse_data(top.object("data"), base_dir, cfg.data);
+  parse_loader(top.object("loader"), base_dir, cfg.loader);
+  if (auto loss = top.optional_object("loss")) parse_loss(*loss, cfg.loss);
+  if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks, cfg.model);
+  if (auto device = top.string("device")) {
+    if (!valid_device(*device)) {
+      top.fail("device", "unknown device \"" + *device + "\" (expected cpu, cuda, cuda:N or auto)");
+    }
+    cfg.device = *device;
+  }
+  cfg.sync = top.boolean("sync").value_or(true);
+  apply_loss_target(top, cfg);
+  check_aux_outputs(top, cfg);
+  check_fields(top, cfg);
+  return cfg;
+}
+}  // namespace
+
+namespace {
+
+// A config holds a few KB of settings; its longest lists (loss.weight, one number per class)
+// take a few MB even for 100k classes. Refusing larger files before parsing bounds what the
+// parsed JSON can take (a few dozen bytes per value: at most a few hundred MB) whatever the
+// file holds, e.g. a list of 50 million probe sizes.
+constexpr uint64_t kMaxConfigBytes = uint64_t{8} << 20;
+
+void check_config_size(const std::string& display_path, uint64_t bytes) {
+  if (bytes <= kMaxConfigBytes) return;
+  throw InputError(display_path, "",
+                   "the file is " + std::to_string(bytes) + " bytes (" + format_bytes(bytes) + "); a config file may be at most " +
+                       format_bytes(kMaxConfigBytes) + " (" + std::to_string(kMaxConfigBytes) +
+                       " bytes): its settings take a few KB, its longest lists (loss.weight, one value per class) a few MB");
+}
+
+}  // namespace
+
+Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir) {
+  check_config_size(display_path, text.size());
+  return config_from_json(display_path, parse_json_text(display_path, text), base_dir);
+}
+
+Config load_config(const std::string& path) {
+  // Refused before reading when the file says its size; the text is checked again in case
+  // it grew meanwhile. read_json_file reports unreadable files, directories and syntax errors.
+  std::error_code ec;
+  const auto size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  if (!ec) check_config_size(path, size);
+  const std::string text = read_text_file(path, path);
+  check_config_size(path, text.size());
+  return config_from_json(path, parse_json_text(path, text), fs::path(path).parent_path().string());
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,366 @@
+#include "core/findings/fixes.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/base/escape.h"
+#include "core/base/text.h"
+#include "core/findings/findings.h"
+
+namespace batchcheck {
+
+namespace {
+
+// A JSON string for a config fragment inside a comment: one line, every non-ASCII escaped.
+std::string json_literal(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
+bool class_loss(LossType t) { return t == LossType::CrossEntropy || t == LossType::Nll; }
+
+// A Python name for an extra output: out_aux, out_1.
+std::string key_name(const std::string& key) {
+  std::string name = "out_";
+  for (char ch : key) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
+}
+
+std::string output_selector(const FixContext& c) {
+  if (!c.output) return "";
+  if (std::holds_alternative<int64_t>(*c.output)) return "[" + std::to_string(std::get<int64_t>(*c.output)) + "]";
+  return "[" + python_literal(std::get<std::string>(*c.output)) + "]";
+}
+
+// The failing batch, exactly: the model sees all of it (BatchNorm's statistics depend on
+// every sample), so `reproduce` never lists just the bad ones.
+Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
+  const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
+  const bool plain = !c.collate_pads && !c.collate_list;
+  std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
+  const std::string samples = "[dataset[i] for i in " + python_indices(idx) + "]";
+  if (c.collate_list) {
+    code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
+  } else {
+    code += std::string("x, y = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); ";
+  }
+  code += std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + "); ";
+  if (c.loss.type == LossType::Model) {
+    // forward computes the loss from the targets; torchvision's returns a dict of losses.
+    code += "out = model(x, y)" + output_selector(c);
+    if (with_loss) {
+      code += "; loss = sum(out.values()) if isinstance(out, dict) else out";
+      if (with_backward) code += "; loss.backward()";
+    }
+  } else if (!c.loss.aux.empty()) {
+    // The extra outputs (loss.aux) join the loss as the training loop adds them.
+    code += "outs = model(x); out = outs" + output_selector(c);
+    if (f.evidence.contains("output") && f.evidence["output"].is_string()) {
+      const std::string key = f.evidence["output"].get<std::string>();
+      const bool index = std::holds_alternative<int64_t>(*c.output);
+      code += "; " + key_name(key) + " = outs[" + (index ? key : python_literal(key)) + "]";
+    }
+  } else {
+    code += "out = model(x)" + output_selector(c);
+  }
+  if (with_loss && c.loss.type != LossType::None && c.loss.type != LossType::Model) {
+    const std::string loss = loss_constructor(c.loss);
+    code += "; loss = " + loss + "(out, y)";
+    for (const auto& [key, weight] : c.loss.aux) {
+      const bool index = std::holds_alternative<int64_t>(*c.output);
+      code += " + " + format_number(weight) + " * " + loss + "(outs[" + (index ? key : python_literal(key)) + "], y)";
+    }
+    if (with_backward) code += "; loss.backward()";
+  }
+  std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
+                              : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?")) +
+                                    (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
+  return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+          std::string("needs your Dataset object as `dataset` and the model as `model`") +
+              (c.collate_pads ? " and your padding collate function as `collate_fn`" : ""),
+          {}};
+}
+
+// drop-last and batch-size-divisor, where they change something: never a fix that is
+// already applied or that drops nothing.
+void tail_fixes(Finding& f, const Geometry& g) {
+  if (g.recorded()) return;  // the recorded batch sampler decides the sizes, not batch_size/drop_last
+  const uint64_t tail = g.spec.batch_size ? g.samples_per_rank % g.spec.batch_size : 0;
+  if (!g.spec.drop_last && tail != 0) f.fixes.push_back(fix_drop_last(g));
+  if (tail != 0 && g.samples_per_rank > 1) {
+    Fix d = fix_batch_size_divisor(g);
+    if (!d.batch_sizes.empty()) f.fixes.push_back(d);
+  }
+}
+
+Fix explicit_squeeze(const std::string& tradeoff) {
+  return {"explicit-squeeze-dim", "squeeze only the dimension you mean", "x.squeeze(-1)  # instead of x.squeeze()",
+          tradeoff, {}};
+}
+
+Fix dynamic_batch_dim(uint64_t batch_size) {
+  return {"dynamic-batch-dim", "derive the batch dimension from the input",
+          "x.view(x.size(0), -1)  # or x.flatten(1), instead of x.view(" + std::to_string(batch_size) + ", -1)",
+          "the model then runs at every batch size", {}};
+}
+
+std::vector<int64_t> shape_of(const nlohmann::ordered_json& j) {
+  std::vector<int64_t> out;
+  if (j.is_array()) {
+    for (const auto& v : j) out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+// How to make the target fit the prediction; nullopt where reshaping the target is not the fix.
+std::optional<std::string> reshape_target(const std::vector<int64_t>& out, const std::vector<int64_t>& tgt, LossType loss) {
+  if (out.empty() || tgt.empty()) return std::nullopt;
+  if (class_loss(loss)) {
+    // Predictions (N, C, d...), class targets (N, d...): masks stored as (N, 1, H, W).
+    if (tgt.size() == out.size() && tgt.size() >= 2 && tgt[1] == 1) return "target = target.squeeze(1)";
+    return std::nullopt;
+  }
+  if (out.size() == tgt.size() + 1 && out[1] == 1) return "target = target.unsqueeze(1)";
+  if (tgt.size() == out.size() + 1 && tgt[1] == 1) return "target = target.squeeze(1)";
+  uint64_t a = 1, b = 1;
+  for (auto d : out) a *= static_cast<uint64_t>(d);
+  for (auto d : tgt) b *= static_cast<uint64_t>(d);
+  if (a == b) return "target = target.view_as(prediction)";
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string python_indices(const std::vector<int64_t>& indices) {
+  bool consecutive = indices.size() > 2;
+  for (std::size_t i = 1; i < indices.size() && consecutive; ++i) consecutive = indices[i] == indices[i - 1] + 1;
+  if (consecutive) return "range(" + std::to_string(indices.front()) + ", " + std::to_string(indices.back() + 1) + ")";
+  return "[" + join_ints(indices) + "]";
+}
+
+std::string loss_constructor(const LossConfig& l) {
+  std::string name;
+  switch (l.type) {
+    case LossType::Bce: name = "nn.BCELoss"; break;
+    case LossType::BceWithLogits: name = "nn.BCEWithLogitsLoss"; break;
+    case LossType::CrossEntropy: name = "nn.CrossEntropyLoss"; break;
+    case LossType::Nll: name = "nn.NLLLoss"; break;
+    case LossType::Mse: name = "nn.MSELoss"; break;
+    case LossType::L1: name = "nn.L1Loss"; break;
+    case LossType::SmoothL1: name = "nn.SmoothL1Loss"; break;
+    case LossType::None:
+    case LossType::Model: return "";
+  }
+  auto tensor = [](const std::vector<double>& v) {
+    std::vector<std::string> parts;
+    for (double d : v) parts.push_back(format_number(d));
+    return "torch.tensor([" + join(parts) + "])";
+  };
+  std::vector<std::string> args;
+  if (!l.weight.empty()) args.push_back("weight=" + tensor(l.weight));
+  if (!l.pos_weight.empty()) args.push_back("pos_weight=" + tensor(l.pos_weight));
+  if (class_loss(l.type) && l.ignore_index != -100) args.push_back("ignore_index=" + std::to_string(l.ignore_index));
+  if (l.reduction != Reduction::Mean) args.push_back(std::string("reduction='") + to_string(l.reduction) + "'");
+  if (l.type == LossType::CrossEntropy && l.label_smoothing != 0) args.push_back("label_smoothing=" + format_number(l.label_smoothing));
+  if (l.type == LossType::SmoothL1 && l.beta != 1) args.push_back("beta=" + format_number(l.beta));
+  return name + "(" + join(args) + ")";
+}
+
+void attach_fixes(Finding& f, const FixContext& c) {
+  const Geometry& g = *c.geometry;
+  const uint64_t size = f.evidence.value("batch_size", uint64_t{0});
+  const bool small_batch = size > 0 && size < g.spec.batch_size;
+  // A failure at a small batch: the geometry's tail (or a probe of a small size).
+  // A probe warning is at a size the loader never produces: its tail fixes would not apply.
+  const bool tail = small_batch && ((f.probe && f.severity == Severity::Error) ||
+                                    (!f.probe && f.batch && *f.batch + 1 == g.batches_per_rank));
+  const LossType loss = c.loss.type;
+  const std::string& id = f.id;
+  auto maybe_tail = [&] {
+    if (tail) tail_fixes(f, g);
+  };
+
+  if (id == "batchnorm-single-value") {
+    maybe_tail();
+    f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
+                       "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm2d(num_channels)",
+                       "changes the architecture: retrain; independent of the batch size", {}});
+    f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "hardcoded-batch-size") {
+    f.fixes.push_back(dynamic_batch_dim(g.spec.batch_size));
+    if (size == 1) f.fixes.push_back(explicit_squeeze("a batch of one keeps its batch dimension"));
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "batch-dim-mismatch") {
+    // The model drops or fixes the batch dimension: the model is to fix, never the target.
+    if (size == 1) f.fixes.push_back(explicit_squeeze("a batch of one keeps its batch dimension"));
+    f.fixes.push_back(dynamic_batch_dim(g.spec.batch_size));
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "shape-mismatch") {
+    auto out = shape_of(f.evidence.value("output_shape", nlohmann::ordered_json()));
+    auto tgt = shape_of(f.evidence.value("target_shape", nlohmann::ordered_json()));
+    // A prediction whose batch dimension is wrong is the model's fault (batch-dim-mismatch).
+    const bool batch_ok = !out.empty() && static_cast<uint64_t>(out[0]) == size;
+    if (auto code = batch_ok ? reshape_target(out, tgt, loss) : std::nullopt) {
+      f.fixes.push_back({"reshape-target", "make the target's shape match what the loss expects", *code,
+                         "check that the reshaped target still lines up sample by sample", {}});
+    }
+    if (size == 1 && out.size() + 1 == tgt.size()) f.fixes.push_back(explicit_squeeze("a batch of one keeps its batch dimension"));
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, true, false));
+  } else if (id == "output-nonfinite" || id == "output-out-of-range") {
+    if (loss == LossType::Bce) {
+      f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)",
+                         "nn.BCEWithLogitsLoss()  # model returns logits",
+                         "numerically stable; apply torch.sigmoid at inference", {}});
+    }
+    if (id == "output-out-of-range") {
+      if (loss == LossType::Nll) {
+        f.fixes.push_back({"log-softmax-output", "return log-probabilities", "F.log_softmax(logits, dim=1)",
+                           "or return logits and use cross_entropy", {}});
+      }
+      f.fixes.push_back({"clamp-predictions", "clamp predictions into the allowed range",
+                         loss == LossType::Bce ? "pred = pred.clamp(1e-7, 1 - 1e-7)" : "pred = pred.clamp(lo, hi)",
+                         "hides the cause; gradients vanish outside the range", {}});
+    }
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, true, false));
+  } else if (id == "target-out-of-range") {
+    const auto& vals = f.evidence.value("offending_values", nlohmann::ordered_json::array());
+    const bool class_indices = f.evidence.contains("classes");
+    if (class_indices) {
+      std::string v = vals.empty() ? "255" : format_number(vals[0].get<double>());
+      f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
+                         std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") + "(ignore_index=" + v + ")",
+                         "samples or pixels labelled " + v + " stop contributing to the loss", {}});
+      f.fixes.push_back({"remap-labels", "map out-of-range labels to valid classes in the dataset",
+                         "target[target == " + v + "] = <class>", "changes the labels", {}});
+    } else if (class_loss(loss)) {
+      // Soft labels (class probabilities): ignore_index does not apply to them.
+      f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",
+                         "target = target.clamp(min=0); target = target / target.sum(dim=1, keepdim=True)",
+                         "changes the labels where they were not probabilities", {}});
+    } else {
+      double mx = f.evidence.value("max", 0.0);
+      if (mx > 1 && mx <= 255) {
+        f.fixes.push_back({"scale-targets", "scale 0..255 masks to 0..1", "target = target / 255.0",
+                           "right when the masks are 8-bit images", {}});
+      }
+      f.fixes.push_back({"clamp-targets", "clamp targets into the allowed range", "target = target.clamp(0, 1)",
+                         "hides label errors", {}});
+    }
+  } else if (id == "input-nonfinite" || id == "target-nonfinite") {
+    f.fixes.push_back({"clean-data", "remove or impute the samples with NaN/Inf",
+                       "np.isfinite(x.reshape(len(x), -1)).all(axis=1)  # keep mask",
+                       "fewer samples, or imputed values", {}});
+  } else if (id == "target-dtype") {
+    const bool cls = class_loss(loss);
+    f.fixes.push_back({"cast-target", cls ? "cast class indices to int64" : "cast targets to the prediction's dtype",
+                       cls ? "target = target.long()" : "target = target.to(prediction.dtype)",
+                       "a cast in the Dataset or collate_fn; the values are unchanged", {}});
+  } else if (id == "loss-nonfinite") {
+    if (f.message.find("ignore_index") != std::string::npos) {
+      f.fixes.push_back({"ignore-index-mean", "avoid batches whose targets are all ignored",
+                         "loss = loss_sum / max(valid_count, 1)  # reduction='sum' then divide",
+                         "changes the weighting of small batches", {}});
+    }
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, true, false));
+  } else if (id == "backward-error") {
+    if (f.message.find("inplace operation") != std::string::npos) {
+      f.fixes.push_back({"out-of-place", "replace the in-place op on a tensor autograd still needs",
+                         "y = y * mask  # instead of y *= mask (or y.mul_(mask)); likewise torch.sigmoid(x) instead of x.sigmoid_()",
+                         "one extra tensor per replaced op", {}});
+    }
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, true, true));
+  } else if (id == "gradient-nonfinite") {
+    f.fixes.push_back({"clip-and-find", "find the op whose gradient overflows (anomaly mode names it)",
+                       "with torch.autograd.detect_anomaly(): loss.backward()",
+                       "slow: for debugging only", {}});
+    f.fixes.push_back(reproduce(f, c, true, true));
+  } else if (id == "export-shape-guard") {
+    const auto& guard = f.evidence.value("guard", nlohmann::ordered_json::object());
+    const int64_t dim = guard.value("dim", int64_t{0});
+    const std::string check = guard.value("check", std::string());
+    if (dim == 0 && (check == "min" || check == "max" || check == "size")) {
+      maybe_tail();
+      f.fixes.push_back({"re-export-dynamic-batch", "export again with a batch dimension that accepts every batch size",
+                         "ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim(\"batch\", min=1)},)); "
+                         "torch._inductor.aoti_compile_and_package(ep, package_path=path)",
+                         "code compiled for any batch size can be slower than code specialized for one", {}});
+    } else if (check == "size") {
+      f.fixes.push_back({"re-export-dynamic-dim",
+                         "export again with dimension " + std::to_string(dim) + " dynamic, or check that the data is the one the model was exported for",
+                         "dynamic_shapes=({" + std::to_string(dim) + ": torch.export.Dim(\"d" + std::to_string(dim) + "\")},)",
+                         "only when the model really accepts other sizes there", {}});
+    }
+  } else if (id == "collate-error") {
+    const std::string field = f.evidence.value("field", std::string("inputs"));
+    if (f.evidence.value("collate", std::string()) == "default") {
+      const bool inputs = field == "inputs";
+      f.fixes.push_back({"pad-collate-variable-length",
+                         "pad the variable-length " + field + " to the longest sample of each batch",
+                         std::string("DataLoader(..., collate_fn=lambda b: (") +
+                             (inputs ? "pad_sequence([x for x, _ in b], batch_first=True, padding_value=0), default_collate([y for _, y in b])"
+                                     : "default_collate([x for x, _ in b]), pad_sequence([y for _, y in b], batch_first=True, padding_value=-100)") +
+                             "))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": {" + json_literal(field) + ": " +
+                             (inputs ? "0" : "-100") + "}}}",
+                         inputs ? "padded positions must be masked (attention mask, or lengths for pack_padded_sequence)"
+                                : "the padding value must be ignored by the loss (ignore_index=-100)",
+                         {}});
+    } else {
+      f.fixes.push_back({"same-trailing-dims", "make the samples of " + field + " differ only in their first dimension",
+                         "x = x.reshape(-1, features)  # pad_sequence pads dimension 0 of every sample",
+                         "pad_sequence needs equal sizes in every other dimension", {}});
+    }
+    f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "sample-unreadable") {
+    std::string first = "path/to/file";
+    const auto& files = f.evidence.value("files", nlohmann::ordered_json::array());
+    if (!files.empty()) first = files.front().value("file", first);
+    f.fixes.push_back({"replace-file", "re-encode or remove the file (and check the copy that produced it)",
+                       // The path is a file name from the data: quoted for Python, then the code for the shell.
+                       "python3 -c " + shell_quote("from PIL import Image; Image.open(" + python_literal(first) + ").convert(\"RGB\")") +
+                           "  # raises the same error",
+                       "a removed file shifts every later sample's index", {}});
+    f.fixes.push_back({"skip-unreadable", "let ImageFolder skip files that do not open",
+                       "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
+                       "  # opens(p): Image.open(p).convert('RGB') inside try/except OSError",
+                       "opening every file once at start-up; skipped files are not trained on", {}});
+  } else if (id == "model-nonfinite") {
+    f.fixes.push_back({"earlier-checkpoint", "load a checkpoint saved before the weights turned NaN",
+                       "bad = [n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]",
+                       "loses the steps after it; the cause (a diverging loss) remains", {}});
+    f.fixes.push_back({"clip-gradients", "bound each step so that one batch cannot blow the weights up",
+                       "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()",
+                       "tune max_norm; a NaN loss still needs its batch found (batchcheck scan)", {}});
+  } else if (id == "batch-out-of-memory") {
+    const uint64_t bytes = f.evidence.value("bytes_requested", uint64_t{0});
+    const uint64_t smaller = std::max<uint64_t>(1, g.spec.batch_size / 2);
+    f.fixes.push_back({"smaller-batch-size", "use a smaller batch size, e.g. " + std::to_string(smaller),
+                       "DataLoader(dataset, batch_size=" + std::to_string(smaller) + ")  # keep the effective batch with gradient accumulation",
+                       bytes ? "the allocation asked for " + std::to_string(bytes) + " bytes; memory grows with the batch"
+                             : "memory grows with the batch",
+                       {}});
+    f.fixes.push_back(reproduce(f, c, false, false));
+  } else if (id == "trace-mode-mismatch") {
+    const bool want_train = c.mode == Mode::Train;
+    f.fixes.push_back({"trace-in-scan-mode",
+                       std::string("trace in ") + (want_train ? "train" : "eval") + " mode",
+                       std::string("model.") + (want_train ? "train()" : "eval()") +
+                           "; torch.jit.trace(model, example_batch).save(path)",
+                       "a traced archive keeps the mode it was traced in: keep one archive per mode", {}});
+    f.fixes.push_back({"script-instead", "script the model: the mode then follows model.train()/eval()",
+                       "torch.jit.script(model).save(path)", "needs code TorchScript can compile", {}});
+  } else {
+    if (id == "forward-error" && f.evidence.contains("cause") && f.evidence["cause"] == "input-dtype") {
+      f.fixes.push_back({"cast-inputs", "feed float32 inputs, as the model's weights are",
+                         "x = x.float()  # or np.float32 when the data is written", "halves the data's memory", {}});
+    }
+    maybe_tail();
+    f.fixes.push_back(reproduce(f, c, id != "forward-error", false));
+  }
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,91 @@
+#include "core/pipeline/forward_stage.h"
+
+#include <optional>
+
+#include "core/base/text.h"
+#include "core/parse/export_guard.h"
+#include "core/pipeline/classify.h"
+
+namespace batchcheck {
+
+Emitted out_of_memory_finding(const std::string& what, const std::string& error, uint64_t n) {
+  nlohmann::ordered_json ev = {{"error", error}};
+  const std::optional<uint64_t> bytes = allocation_bytes(error);
+  if (bytes) ev["bytes_requested"] = *bytes;
+  return {"batch-out-of-memory", "forward",
+          what + " ran out of memory on a batch of " + plural(n, "sample") +
+              (bytes ? " (it asked for " + std::to_string(*bytes) + " bytes)" : std::string()) + ": " + error +
+              "; training dies here the same way",
+          ev, all_rows(n), n, ""};
+}
+
+Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx) {
+  const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
+  const uint64_t n = ctx.batch_size;
+  std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, n, ctx.largest_ok_batch);
+  nlohmann::ordered_json ev = {{"error", fwd.error}};
+  if (!fwd.location.empty()) ev["location"] = fwd.location;
+  if (!fwd.source_line.empty()) ev["source_line"] = fwd.source_line;
+  if (!fwd.raised_in.empty()) ev["raised_in"] = fwd.raised_in;
+  if (!fwd.traceback.empty()) ev["traceback"] = fwd.traceback;
+  if (ctx.largest_ok_batch) ev["largest_ok_batch_size"] = ctx.largest_ok_batch;
+  if (id == "batchnorm-single-value" && !ctx.batchnorm_modules.empty()) ev["batchnorm_modules"] = ctx.batchnorm_modules;
+  std::string msg;
+  if (ctx.input_dtype == "float64" && is_dtype_mismatch_error(fwd.error)) {
+    // The classic: float64 numpy data into a float32 model.
+    ev["cause"] = "input-dtype";
+    ev["input_dtype"] = ctx.input_dtype;
+    msg = "the inputs are float64 but the model computes in float32; forward raised on a batch of " +
+          plural(n, "sample") + ": " + fwd.error;
+  } else if (guard) {
+    static const char* kinds[] = {"min", "max", "size", "stride", "dtype", "device"};
+    ev["guard"] = {{"input", guard->input}, {"dim", guard->dim}, {"check", kinds[static_cast<int>(guard->kind)]},
+                   {"expected", guard->expected}, {"got", guard->got}};
+    // AOTInductor skips these checks unless AOTI_RUNTIME_CHECK_INPUTS is set (batchcheck sets it).
+    msg = describe_export_guard(*guard, n) +
+          "; in training, AOTInductor runs its compiled code on this batch unchecked (the checks run only with "
+          "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
+  } else if (id == "cuda-device-assert") {
+    msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(n, "sample") + ": " + fwd.error +
+          "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
+  } else if (id == "batch-out-of-memory") {
+    Emitted e = out_of_memory_finding("forward", fwd.error, n);
+    for (const auto& [key, value] : ev.items()) {
+      if (!e.evidence.contains(key)) e.evidence[key] = value;
+    }
+    return e;
+  } else if (id == "batchnorm-single-value") {
+    msg = "BatchNorm saw one value per channel in train mode on a batch of " + plural(n, "sample") + ": " + fwd.error;
+  } else if (id == "hardcoded-batch-size") {
+    msg = "forward runs at batch size " + std::to_string(ctx.largest_ok_batch) + " but fails at " + std::to_string(n) +
+          " with a shape error: " + fwd.error;
+  } else {
+    msg = "forward raised on a batch of " + plural(n, "sample") + ": " + fwd.error;
+  }
+  return {id, "forward", msg, ev, all_rows(n), n, cuda_equivalent_of_forward_error(fwd.error)};
+}
+
+std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
+                                                  uint64_t batch_size, uint64_t largest_ok_batch,
+                                                  const std::vector<std::string>& batchnorm_modules) {
+  // Only what forward_failure() made, and not the dtype's own message (its context is gone).
+  if (id == "export-shape-guard" || !evidence.contains("error") || evidence.contains("cause")) return std::nullopt;
+  if (evidence.value("largest_ok_batch_size", uint64_t{0}) == largest_ok_batch) return std::nullopt;
+  ForwardResult fwd;
+  fwd.error = evidence.at("error").get<std::string>();
+  fwd.location = evidence.value("location", "");
+  fwd.source_line = evidence.value("source_line", "");
+  fwd.raised_in = evidence.value("raised_in", "");
+  fwd.traceback = evidence.value("traceback", "");
+  ForwardFailureContext ctx;
+  ctx.batch_size = batch_size;
+  ctx.largest_ok_batch = largest_ok_batch;
+  ctx.batchnorm_modules = batchnorm_modules;
+  Emitted e = forward_failure(fwd, ctx);
+  for (const auto& [key, value] : evidence.items()) {
+    if (!e.evidence.contains(key) && key != "largest_ok_batch_size") e.evidence[key] = value;  // added after it
+  }
+  return e;
+}
+
+}  // namespace batchcheck

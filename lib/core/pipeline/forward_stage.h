@@ -1,0 +1,36 @@
+#pragma once
+// The forward stage's failure: a forward that raised becomes one finding over the whole batch,
+// classified by what the error says and what the scan knows (the largest batch size that ran,
+// the input's dtype, the model's BatchNorm modules). Pure: unit-tested on error strings.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/pipeline/backend.h"
+#include "core/pipeline/value_findings.h"
+
+namespace batchcheck {
+
+struct ForwardFailureContext {
+  uint64_t batch_size = 0;
+  uint64_t largest_ok_batch = 0;  // 0 when no forward has succeeded yet
+  std::string input_dtype;        // empty when the input's meta is unknown
+  std::vector<std::string> batchnorm_modules;
+};
+
+// batch-out-of-memory for an allocation that failed while `what` ran on a batch of n ("forward",
+// "the loss", "loss.backward()", "checking the prediction"), with the bytes it asked for.
+Emitted out_of_memory_finding(const std::string& what, const std::string& error, uint64_t n);
+
+// id "cuda-device-assert" means the device is lost: nothing after it can run.
+Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
+
+// A forward failure classified again with the whole scan's largest successful batch, which a
+// process that ran only some of the steps (--jobs, --shard) may not have seen: a shape error
+// at the tail is `hardcoded-batch-size` however the steps were dealt. nullopt: unchanged.
+std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
+                                                  uint64_t batch_size, uint64_t largest_ok_batch,
+                                                  const std::vector<std::string>& batchnorm_modules);
+
+}  // namespace batchcheck

@@ -1,0 +1,51 @@
+#pragma once
+// What `batchcheck scan` was asked to do, as data: the command line's settings, the report's
+// views. The supervisor sends it to the engine child (core/journal/journal.h), the command layer
+// delivers by it (core/command/scan_setup.h).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/config/config.h"
+#include "core/report/report.h"
+#include "core/scan/scan.h"
+
+namespace batchcheck {
+
+// The report's views besides the JSON (core/views/views.h), written after it.
+struct ViewTargets {
+  std::optional<std::string> junit, markdown, html;  // --junit, --markdown, --html FILE: written atomically
+  bool github = false;                          // --github, or GITHUB_ACTIONS=true: workflow commands on stderr
+  std::optional<std::string> github_summary;    // $GITHUB_STEP_SUMMARY with github: the markdown appended
+};
+
+struct ScanCommand {
+  std::string config_path;
+  ViewTargets views;
+  std::optional<std::string> output_path;  // "-" or unset: stdout
+  FailOn fail_on = FailOn::Error;
+  std::optional<std::string> device;
+  std::optional<Mode> mode;
+  bool edges = false;
+  bool fail_fast = false;    // --fail-fast: likeliest failures first, stop at the first error
+  bool no_backward = false;  // --no-backward
+  std::optional<uint64_t> max_batches;
+  std::optional<uint64_t> rank;
+  std::optional<uint64_t> threads;
+  // --batch-timeout: seconds one step may take; 0 = no limit; unset = automatic.
+  std::optional<double> batch_timeout;
+  int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose
+  bool progress = false;
+  bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
+  std::optional<Shard> shard;  // --shard, resolved (from the launcher's environment)
+  // --jobs: engine processes on this machine; unset = auto (one, split when measured to pay).
+  std::optional<uint64_t> jobs;
+};
+
+struct ScanOutcome {
+  bool failed = false;    // the verdict
+  bool complete = true;   // false if interrupted
+  int signal = 0;         // the signal that interrupted the scan, if any
+};
+
+}  // namespace batchcheck

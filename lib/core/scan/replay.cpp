@@ -1,0 +1,169 @@
+#include "core/scan/replay.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "core/base/errors.h"
+#include "core/base/text.h"
+#include "core/findings/error_text.h"
+#include "core/findings/findings.h"
+#include "core/pipeline/classify.h"
+#include "core/pipeline/collate_stage.h"
+#include "core/pipeline/contract.h"
+#include "core/pipeline/forward_stage.h"
+#include "core/pipeline/localize_stage.h"
+#include "core/pipeline/loss_stage.h"
+#include "core/pipeline/model_findings.h"
+#include "core/pipeline/post_stage.h"
+#include "core/pipeline/value_findings.h"
+#include "core/pipeline/worker.h"
+#include "core/plan/step_order.h"
+#include "core/report/catalog.h"
+#include "core/scan/replayer.h"
+
+namespace batchcheck {
+
+namespace detail {
+
+void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
+  if (!complete_ || failing_) return;
+  if (shard_ && shard_->index != 0) return;  // shard 0 runs them
+  bool reset = false;
+  const auto& sizes = cfg_.checks.probe_batch_sizes;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t size = sizes[i];
+    const uint64_t step = first_step + i;
+    if (size > samples || size == 0 || !runs(step)) continue;
+    if (stop_requested()) {
+      complete_ = false;
+      break;
+    }
+    if (!reset) {
+      collect_pending();
+      backend_.reset_model();
+      reset = true;
+    }
+    std::vector<int64_t> probe(size);
+    for (uint64_t k = 0; k < size; ++k) probe[k] = static_cast<int64_t>(k);
+    BatchContext ctx{StepInfo{step, std::nullopt, std::nullopt, true, size}, &probe, false};
+    check_batch(ctx);
+    collect_pending();
+    if (settings_.verbosity > 0) {
+      log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
+    }
+    if (failing_) break;
+  }
+  collect_pending();
+  if (stop_requested()) complete_ = false;
+}
+
+// The undecided --jobs default's first job, asked to go on as job 0 of J: it keeps the steps up
+// to the next multiple of J (the next one may be read already), then every J-th.
+void Replayer::split_if_requested(std::optional<uint64_t> next_step) {
+  if (!settings_.split || !shard_ || !shard_->job() || shard_->count != 1 || !next_step) return;
+  const int jobs = settings_.split->load();
+  if (jobs < 2) return;
+  const uint64_t j = static_cast<uint64_t>(jobs);
+  const uint64_t from = (*next_step + j - 1) / j * j;
+  shard_ = Shard{0, j, Shard::kJobsSource, from};
+  sink_.split(j, from);
+}
+
+void Replayer::run(const OrderFn& order) {
+  const DatasetInfo data = backend_.dataset();
+  model_ = backend_.model();
+  input_names_ = backend_.input_names();
+  backward_ = backward_enabled(cfg_);
+  // Weights that are NaN in the file are every batch's root cause already (model-nonfinite).
+  localize_ = cfg_.checks.root_cause && resume_.localize && model_root_cause(model_, cfg_.model.mode).is_null();
+  loaded_bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
+  LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
+  BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
+  const Geometry& g = plan.geometry();
+
+  const std::vector<uint64_t> ranks = replay_ranks(spec.world_size, settings_.rank);
+  const std::vector<uint64_t> batch_list = replay_batches(g.batches_per_rank, settings_.edges, cfg_.checks.max_batches);
+  const uint64_t per_rank = batch_list.size();
+  const uint64_t total = per_rank * ranks.size();
+  total_ = total;
+
+  ScanStart start;
+  start.data = data;
+  start.model = model_;
+  start.device = backend_.device();
+  start.libtorch = settings_.libtorch_version;
+  start.backward = backward_;
+  start.ranks = ranks;
+  start.replay_steps = total;
+  start.geometry = geometry_findings(plan, ranks, cfg_.loss.type);
+  sink_.start(start);
+
+  auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
+  // --fail-fast: the probes, then every rank's first and last batch, then the rest.
+  const bool fail_fast = settings_.fail_fast && settings_.fail_on != FailOn::Never;
+  delivered_ = produced_sizes(g);
+  const StepOrder steps(ranks.size(), per_rank, fail_fast, [this](uint64_t s) { return runs(s); });
+  if (fail_fast) {
+    run_probes(total, data.samples);
+    collect_pending();
+    backend_.reset_model();  // the replay starts from the model as loaded
+  }
+  std::vector<int64_t> indices, next;
+  bool have_next = false;
+  std::optional<uint64_t> current_rank;
+  StepOrder::Cursor cursor = steps.start(resume_.start_step);
+  for (std::optional<uint64_t> step = failing_ ? std::nullopt : steps.next(cursor); step;) {
+    if (stop_requested()) {
+      complete_ = false;
+      break;
+    }
+    const uint64_t rank = ranks[*step / per_rank], b = batch_list[*step % per_rank];
+    if (current_rank && *current_rank != rank) {
+      // Each DDP rank trains its own replica loaded from the file: no running statistics
+      // carry over from the previous rank's batches.
+      collect_pending();
+      backend_.reset_model();
+    }
+    current_rank = rank;
+    indices = have_next ? std::move(next) : indices_of(*step);
+    // The batch after this one, so the backend can read it during this forward.
+    StepOrder::Cursor after = cursor;
+    const std::optional<uint64_t> following = steps.next(after);
+    have_next = following.has_value();
+    if (have_next) next = indices_of(*following);
+    BatchContext ctx{StepInfo{*step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};
+    check_batch(ctx, have_next ? &next : nullptr);
+    if (fail_fast) collect_pending();  // this step's findings decide whether to go on
+    if (settings_.verbosity > 0) {
+      log_ << "rank " << rank << " batch " << b << " (" << indices.size() << " samples): "
+           << (batch_has_error_ ? "findings" : "ok") << "\n";
+    }
+    if (failing_) break;
+    split_if_requested(following);
+    cursor = after;
+    step = following;
+  }
+  collect_pending();
+  if (failing_) complete_ = false;
+  if (!fail_fast) run_probes(total, data.samples);
+  ScanEnd end;
+  end.complete = complete_;
+  end.device_lost = device_lost_;
+  end.stopped_at_error = failing_;
+  sink_.finish(end);
+}
+
+}  // namespace detail
+
+void replay(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order, ScanSink& sink,
+            std::ostream& log, const ReplayResume& resume) {
+  detail::Replayer r(cfg, settings, backend, sink, log, resume);
+  r.run(order);
+}
+
+}  // namespace batchcheck

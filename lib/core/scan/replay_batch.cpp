@@ -1,0 +1,273 @@
+#include "core/scan/replayer.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "core/base/errors.h"
+#include "core/base/text.h"
+#include "core/findings/error_text.h"
+#include "core/findings/findings.h"
+#include "core/pipeline/classify.h"
+#include "core/pipeline/collate_stage.h"
+#include "core/pipeline/contract.h"
+#include "core/pipeline/forward_stage.h"
+#include "core/pipeline/localize_stage.h"
+#include "core/pipeline/loss_stage.h"
+#include "core/pipeline/model_findings.h"
+#include "core/pipeline/post_stage.h"
+#include "core/pipeline/value_findings.h"
+#include "core/pipeline/worker.h"
+#include "core/plan/step_order.h"
+#include "core/report/catalog.h"
+
+namespace batchcheck::detail {
+
+void Replayer::record(const BatchContext& ctx, const std::string& id, const std::string& stage,
+                      const std::string& message, nlohmann::ordered_json evidence, const std::vector<uint64_t>& rows,
+                      uint64_t total_rows, const std::string& cuda_equivalent) {
+  batch_has_error_ = true;
+  if (settings_.fail_fast && fails(default_severity(id), settings_.fail_on) &&
+      (!ctx.step.probe || std::find(delivered_.begin(), delivered_.end(), ctx.step.size) != delivered_.end())) {
+    failing_ = true;
+  }
+  RecordEvent ev;
+  ev.at = ctx.step;
+  ev.id = id;
+  ev.stage = stage;
+  ev.message = message;
+  ev.evidence = std::move(evidence);
+  ev.count = total_rows;
+  ev.cuda = cuda_equivalent;
+  const std::vector<int64_t>& indices = *ctx.indices;
+  for (uint64_t r : rows) {
+    // A row of the batch, never of a tensor that is larger than the batch.
+    if (r >= indices.size()) continue;
+    if (ev.samples.size() >= kSampleCap) break;
+    const int64_t idx = indices[r];
+    if (std::find(ev.samples.begin(), ev.samples.end(), idx) == ev.samples.end()) ev.samples.push_back(idx);
+  }
+  auto key = std::make_tuple(id, ctx.step.rank ? static_cast<int64_t>(*ctx.step.rank) : -1,
+                             ctx.step.probe ? ctx.step.size : 0);
+  if (keys_sent_.insert(key).second) ev.batch_indices = indices;
+  sink_.record(std::move(ev));
+}
+
+StepEnd Replayer::step_end(const BatchContext& ctx, bool forward_ok) const {
+  StepEnd e;
+  e.step = ctx.step.step;
+  e.forward_ok = forward_ok;
+  e.size = ctx.size();
+  if (ctx.shapes) {
+    e.shapes = BatchShapes{ctx.step.batch.value_or(0), ctx.size(), backend_.meta(Slot::Input),
+                           backend_.meta(Slot::Output), backend_.meta(Slot::Target)};
+  }
+  return e;
+}
+
+void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd) {
+  ForwardFailureContext fc;
+  fc.batch_size = ctx.size();
+  fc.largest_ok_batch = largest_ok_batch_;
+  const TensorMeta in = backend_.meta(Slot::Input);
+  if (in.present) fc.input_dtype = in.dtype;
+  fc.batchnorm_modules = model_.batchnorm_modules;
+  Emitted e = forward_failure(fwd, fc);
+  if (e.id == "cuda-device-assert") device_lost_ = true;
+  apply(ctx, {e});
+}
+
+// An allocation the batch could not get (LibTorch's allocator, std::bad_alloc) is a finding for
+// that batch, as training would die there, and the scan goes on with the next one. After the
+// step ended (the localizer) it is dropped: a root cause is a bonus.
+void Replayer::check_batch(const BatchContext& ctx, const std::vector<int64_t>* next) {
+  try {
+    check_batch_stages(ctx, next);
+  } catch (const InputError&) {
+    throw;  // the data itself cannot be read at this batch size: exit 2, named (data_source)
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    if (ended_step_ == ctx.step.step || (pending_ && pending_->ctx.step.step == ctx.step.step)) return;
+    collect_pending();  // the batch before it comes first, as everywhere
+    apply(ctx, {out_of_memory_finding("checking the batch", parse_error_text(e.what()).message, ctx.size())});
+    end_step(step_end(ctx, false));
+  }
+}
+
+void Replayer::end_step(const StepEnd& e) {
+  ended_step_ = e.step;
+  sink_.end(e);
+}
+
+void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int64_t>* next) {
+  batch_has_error_ = false;
+  sink_.begin(ctx.step, *ctx.indices);
+  std::optional<LoadFailure> failure = backend_.load_batch(*ctx.indices);
+  if (next) backend_.prefetch(*next);
+  if (failure) {
+    // PyTorch raises from next(iter(loader)): the model never sees this batch.
+    collect_pending();
+    apply(ctx, {failure->unreadable.empty() ? collate_finding(failure->collate) : unreadable_finding(failure->unreadable)});
+    end_step(step_end(ctx, false));
+    return;
+  }
+  // Every input field: one finding per field, named when there are several.
+  const std::vector<std::string>& names = input_names_;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const TensorMeta input = backend_.input_meta(k);
+    auto rule = input_rule(input);
+    if (!rule) continue;
+    CurrentInputField view(backend_, k);
+    ValueStats stats = view.check(Slot::Input, *rule);
+    if (stats.ok()) continue;
+    std::vector<Emitted> emitted;
+    check_values(cfg_.loss, ctx.size(), Slot::Input, *rule, input, view, emitted, &stats);
+    if (names.size() > 1) name_part(emitted, "field", names[k]);
+    apply(ctx, emitted);
+  }
+  const bool inputs_bad = batch_has_error_;
+  if (single_value_check(ctx, inputs_bad) && backend_.nonfinite_batchnorm_stats() != loaded_bad_batchnorm_) {
+    // Statistics an earlier batch made NaN (a batch of one, NaN inputs or activations) would
+    // be taken for this batch's: start it from the model as loaded (train-mode outputs never
+    // read the running statistics), so each batch of one is judged alone, as it is in
+    // whichever job of --jobs runs it.
+    collect_pending();
+    backend_.reset_model();
+  }
+
+  ForwardResult fwd = backend_.forward();
+  // The previous batch's post-forward stage ran during this forward: record it now,
+  // before this batch's own post stage, so every id sees its batches in order.
+  collect_pending();
+  if (!fwd.ok) {
+    forward_failed(ctx, fwd);
+    end_step(step_end(ctx, false));
+    return;
+  }
+  largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());
+  if (single_value_check(ctx, inputs_bad)) {
+    check_batchnorm_stats(ctx);
+  }
+
+  const TensorMeta output = backend_.meta(Slot::Output);
+  const TensorMeta target = backend_.meta(Slot::Target);
+  ContractPlan plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size(), output, target);
+  for (const auto& issue : plan.issues) {
+    record(ctx, issue.id, issue.id == "target-dtype" ? "target" : "output", issue.message, issue.evidence,
+           all_rows(ctx.size()), ctx.size());
+  }
+  std::vector<AuxPlan> aux;
+  for (std::size_t k = 0; k < cfg_.loss.aux.size(); ++k) {
+    AuxPlan a{backend_.aux_meta(k), {}};
+    a.plan = plan_contract(cfg_.loss, cfg_.checks, ctx.size(), a.meta, target);
+    std::vector<Emitted> issues;
+    for (const auto& issue : a.plan.issues) {
+      if (issue.id == "target-dtype") continue;  // the target's own: found with the prediction
+      issues.push_back({issue.id, "output", issue.message, issue.evidence, all_rows(ctx.size()), ctx.size(), ""});
+    }
+    name_part(issues, "output", cfg_.loss.aux[k].first);
+    apply(ctx, issues);
+    aux.push_back(std::move(a));
+  }
+  PostInput post_in{plan, std::move(aux), output, target, ctx.size(), batch_has_error_};
+  const uint64_t elements = output.numel() + target.numel();
+  // Overlapping costs a thread hand-off (microseconds): only for large batches.
+  std::shared_ptr<BatchView> view = elements >= (1u << 16) ? backend_.snapshot() : nullptr;
+  if (!view) {
+    CurrentBatch current(backend_);
+    PostResult post = post_stage(cfg_.loss, post_in, current);
+    apply(ctx, post.emitted);
+    // The loss was computed and is finite exactly when nothing was found in this batch.
+    if (backward_ && plan.can_compute_loss && !batch_has_error_) run_backward(ctx);
+    StepEnd end = step_end(ctx, true);
+    end.stats = post.stats;
+    end_step(end);
+    localize(ctx, post.emitted, plan.output_rule, current);
+    return;
+  }
+  if (!worker_) worker_ = std::make_unique<Worker<PostResult>>();
+  pending_ = std::make_unique<PendingPost>();
+  pending_->indices = *ctx.indices;
+  pending_->ctx = ctx;
+  pending_->ctx.indices = &pending_->indices;
+  pending_->end = step_end(ctx, true);
+  pending_->view = view;
+  pending_->rule = plan.output_rule;
+  pending_->result = worker_->submit([this, post_in, view] { return post_stage(cfg_.loss, post_in, *view); });
+}
+
+void Replayer::apply(const BatchContext& ctx, const std::vector<Emitted>& emitted) {
+  for (const auto& e : emitted) record(ctx, e.id, e.stage, e.message, e.evidence, e.rows, e.total, e.cuda);
+}
+
+void Replayer::collect_pending() {
+  if (!pending_) return;
+  std::unique_ptr<PendingPost> p = std::move(pending_);
+  const bool had_error = batch_has_error_;
+  PostResult post;
+  try {
+    post = p->result.get();
+  } catch (const std::exception& e) {
+    // Its own batch's allocation failure, never the batch being checked now.
+    if (!is_out_of_memory(e)) throw;
+    apply(p->ctx, {out_of_memory_finding("checking the prediction", parse_error_text(e.what()).message, p->ctx.size())});
+    sink_.end(p->end);
+    batch_has_error_ = had_error;
+    return;
+  }
+  apply(p->ctx, post.emitted);
+  p->end.stats = post.stats;
+  sink_.end(p->end);
+  localize(p->ctx, post.emitted, p->rule, *p->view);
+  batch_has_error_ = had_error;  // the flag belongs to the batch being checked now
+}
+
+void Replayer::run_backward(const BatchContext& ctx) {
+  if (auto e = backward_finding(backend_.backward(), ctx.size())) {
+    if (e->id == "cuda-device-assert") device_lost_ = true;
+    apply(ctx, {*e});
+  }
+}
+
+// After the step ended: re-run the batch instrumented to say where its NaN or out-of-range
+// prediction came from. The sink hears the start first, so a process that dies here is known
+// to have died in the localizer, not in the batch.
+void Replayer::localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
+                        BatchView& view) {
+  if (!localize_) return;
+  std::optional<LocalizePlan> plan = plan_localize(emitted, rule, ctx.size(), localized_);
+  if (!plan) return;
+  sink_.localizing(ctx.step);
+  std::optional<Localization> l = view.localize(plan->req);
+  CauseEvent c;
+  c.at = ctx.step;
+  c.ids = plan->ids;
+  c.root_cause = l ? root_cause_json(*l, *ctx.indices) : nlohmann::ordered_json();
+  sink_.cause(std::move(c));
+}
+
+void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
+  // Only a batch of one can give BatchNorm a single value per channel; the statistics were
+  // as loaded before it (see check_batch), so those NaN now are this batch's doing.
+  std::vector<std::string> fresh;
+  for (const auto& name : backend_.nonfinite_batchnorm_stats()) {
+    if (std::find(loaded_bad_batchnorm_.begin(), loaded_bad_batchnorm_.end(), name) == loaded_bad_batchnorm_.end()) {
+      fresh.push_back(name);
+    }
+  }
+  if (fresh.empty()) return;
+  record(ctx, "batchnorm-single-value", "forward",
+         "BatchNorm saw one value per channel in train mode on a batch of 1 sample and raised nothing "
+         "(a traced model loses PyTorch's check), but its running_var became NaN: every evaluation after "
+         "this epoch returns NaN",
+         {{"batchnorm_modules", fresh}, {"nonfinite_running_stats", true}}, {0}, 1);
+}
+
+// Probes: batches of the given sizes from the start of the dataset, on the model exactly
+// as loaded from its file (no running statistics from the replay's batches).
+
+}  // namespace batchcheck::detail

@@ -1,0 +1,133 @@
+// The engine child as a process: started with its pipes, handed its request, told alive or
+// reaped, and how it died said in words (supervisor.cpp watches it).
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/base/text.h"
+#include "supervise/drive.h"
+
+namespace batchcheck {
+
+namespace {
+
+// The journal's pipe: at 5,000 small batches a second and ~300 bytes a batch, one of the
+// watcher's 10 ms naps fills ~15 KiB, and 256 KiB (the default is 64) leaves room for
+// findings' longer lines.
+constexpr int kJournalPipeBytes = 256 << 10;
+
+}  // namespace
+
+// The engine child has its request's read end on fd 3 and the journal's write end on fd 4.
+// Its stdout is our stderr: a print() in the model never reaches the report.
+EngineChild start_engine_child(const SupervisorOptions& opt) {
+  int req[2], ev[2];
+  if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0) {
+    throw std::runtime_error("cannot start the scan engine: " + std::string(std::strerror(errno)));
+  }
+  std::vector<std::string> args = opt.args;
+  args.insert(args.begin(), opt.engine);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("cannot start the scan engine: fork: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);  // the terminal's Ctrl-C is the parent's to handle
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    int r = ::fcntl(req[0], F_DUPFD, 10), e = ::fcntl(ev[1], F_DUPFD, 10);
+    if (r < 0 || e < 0 || ::dup2(r, 3) < 0 || ::dup2(e, 4) < 0 || ::dup2(2, 1) < 0) ::_exit(127);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGPIPE, &dfl, nullptr);
+    // A --jobs split request (SIGUSR1) that arrives before the replay listens is dropped,
+    // never fatal.
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGUSR1, &ign, nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(req[0]);
+  ::close(ev[1]);
+  // Room for the lines written while the watcher naps (see watch()); the default 64 KiB
+  // is a few hundred small batches. Best effort: a smaller pipe only makes the child wait.
+  ::fcntl(ev[0], F_SETPIPE_SZ, kJournalPipeBytes);
+  return {pid, ev[0], req[1]};
+}
+
+void send_request(EngineChild& child, const std::string& request) {
+  const char* p = request.data();
+  std::size_t left = request.size();
+  while (left > 0) {
+    ssize_t n = ::write(child.request, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the child died already: its exit status says how
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  ::close(child.request);
+  child.request = -1;
+}
+
+bool engine_child_alive(const EngineChild& child) {
+  siginfo_t info{};
+  // WNOWAIT: a child that ended stays to be reaped by discard_engine_child.
+  return child.pid > 0 && ::waitid(P_PID, static_cast<id_t>(child.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == 0;
+}
+
+void discard_engine_child(EngineChild& child) {
+  if (child.pid <= 0) return;
+  ::kill(child.pid, SIGKILL);
+  if (child.request >= 0) ::close(child.request);
+  ::close(child.events);
+  int status = 0;
+  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  child = {};
+}
+
+// A stack or address-space limit small enough to crash LibTorch, said in the error.
+std::string limits_note() {
+  rlimit stack{}, as{};
+  std::string note;
+  if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY && stack.rlim_cur < (rlim_t{8} << 20)) {
+    note += "; the stack is limited to " + std::to_string(stack.rlim_cur >> 10) + " KiB (ulimit -s), which can crash LibTorch";
+  }
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    note += "; the address space is limited to " + std::to_string(as.rlim_cur >> 20) + " MiB (ulimit -v)";
+  }
+  return note;
+}
+
+std::string describe_signal(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV (segmentation fault)";
+    case SIGBUS: return "SIGBUS (bus error)";
+    case SIGABRT: return "SIGABRT (aborted)";
+    case SIGFPE: return "SIGFPE (arithmetic exception)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    case SIGKILL: return "SIGKILL (killed: out of memory?)";
+    default: {
+      const char* name = ::sigabbrev_np(sig);
+      return name ? std::string("SIG") + name : "signal " + std::to_string(sig);
+    }
+  }
+}
+
+}  // namespace batchcheck

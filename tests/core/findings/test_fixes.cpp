@@ -1,0 +1,208 @@
+// The fix builders, case by case: every replay finding gets exactly the fixes that are
+// right for its case, never one that is already applied or that changes nothing.
+#include <gtest/gtest.h>
+
+#include "core/findings/findings.h"
+#include "core/findings/fixes.h"
+
+using namespace batchcheck;
+
+namespace {
+
+struct LoaderCase {
+  uint64_t samples = 1041, batch_size = 8, world_size = 1;
+  bool drop_last = false;
+  LossType loss = LossType::Bce;
+};
+
+Geometry geometry(const LoaderCase& s) {
+  LoaderSpec spec;
+  spec.samples = s.samples;
+  spec.batch_size = s.batch_size;
+  spec.world_size = s.world_size;
+  spec.drop_last = s.drop_last;
+  return compute_geometry(spec);
+}
+
+struct Case {
+  const char* name;
+  LoaderCase setup;
+  const char* id;
+  uint64_t batch_size;              // evidence.batch_size: the failing batch's size
+  std::optional<uint64_t> batch;    // nullopt: a probe
+  Severity severity;
+  nlohmann::ordered_json evidence;  // merged over {"batch_size": batch_size}
+  std::vector<std::string> fixes;   // the exact fix ids, in order
+};
+
+std::vector<std::string> fix_ids(const Case& c, Finding* out = nullptr) {
+  Geometry g = geometry(c.setup);
+  Finding f;
+  f.id = c.id;
+  f.severity = c.severity;
+  f.batch = c.batch;
+  f.probe = !c.batch;
+  f.probe_size = c.batch ? 0 : c.batch_size;
+  f.evidence = c.evidence.is_null() ? nlohmann::ordered_json::object() : c.evidence;
+  f.evidence["batch_size"] = c.batch_size;
+  f.samples = {1040};
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = c.setup.loss;
+  ctx.batch_indices = {1040};
+  attach_fixes(f, ctx);
+  std::vector<std::string> ids;
+  for (const auto& fix : f.fixes) ids.push_back(fix.id);
+  if (out) *out = f;
+  return ids;
+}
+
+using V = std::vector<std::string>;
+using J = nlohmann::ordered_json;
+
+}  // namespace
+
+TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
+  const LoaderCase seed;                               // 1041 at 8: a tail of one
+  const LoaderCase no_tail{1040, 8, 1, false};          // every batch full
+  const LoaderCase dropped{1041, 8, 1, true};           // drop_last already set
+  const LoaderCase ce{1041, 8, 1, false, LossType::CrossEntropy};
+  const LoaderCase mse{1041, 8, 1, false, LossType::Mse};
+  const std::vector<Case> cases = {
+      {"bn on the tail", seed, "batchnorm-single-value", 1, 130, Severity::Error, {},
+       V{"drop-last", "batch-size-divisor", "groupnorm-instead-of-batchnorm", "reproduce"}},
+      {"bn probe, loader never makes a batch of one", no_tail, "batchnorm-single-value", 1, std::nullopt,
+       Severity::Warning, {}, V{"groupnorm-instead-of-batchnorm", "reproduce"}},
+      {"bn probe with drop_last already set", dropped, "batchnorm-single-value", 1, std::nullopt, Severity::Warning, {},
+       V{"groupnorm-instead-of-batchnorm", "reproduce"}},
+      {"bn mid-epoch (not the tail)", seed, "batchnorm-single-value", 8, 3, Severity::Error, {},
+       V{"groupnorm-instead-of-batchnorm", "reproduce"}},
+      {"view(8, -1) on the tail", seed, "hardcoded-batch-size", 1, 130, Severity::Error, {},
+       V{"dynamic-batch-dim", "explicit-squeeze-dim", "drop-last", "batch-size-divisor", "reproduce"}},
+      {"squeeze ate the batch dim", seed, "batch-dim-mismatch", 1, 130, Severity::Error, {},
+       V{"explicit-squeeze-dim", "dynamic-batch-dim", "drop-last", "batch-size-divisor", "reproduce"}},
+      {"bce target needs a channel dim", seed, "shape-mismatch", 8, 0, Severity::Error,
+       J{{"output_shape", {8, 1, 4, 4}}, {"target_shape", {8, 4, 4}}}, V{"reshape-target", "reproduce"}},
+      {"ce masks stored (N,1,H,W)", ce, "shape-mismatch", 8, 0, Severity::Error,
+       J{{"output_shape", {8, 3, 4, 4}}, {"target_shape", {8, 1, 4, 4}}}, V{"reshape-target", "reproduce"}},
+      {"baked-in batch size: no target fix", seed, "shape-mismatch", 1, 130, Severity::Error,
+       J{{"output_shape", {8, 1}}, {"target_shape", {1, 1}}}, V{"drop-last", "batch-size-divisor", "reproduce"}},
+      {"bce prediction out of range", seed, "output-out-of-range", 8, 4, Severity::Error, {},
+       V{"bce-with-logits", "clamp-predictions", "reproduce"}},
+      {"bce NaN prediction on the tail", seed, "output-nonfinite", 1, 130, Severity::Error, {},
+       V{"bce-with-logits", "drop-last", "batch-size-divisor", "reproduce"}},
+      {"mse NaN prediction", mse, "output-nonfinite", 8, 2, Severity::Error, {}, V{"reproduce"}},
+      {"class 255", ce, "target-out-of-range", 8, 2, Severity::Error, J{{"classes", 3}, {"offending_values", {255}}},
+       V{"ignore-index", "remap-labels"}},
+      {"soft labels out of range: no ignore_index", ce, "target-out-of-range", 8, 2, Severity::Error,
+       J{{"max", 1.5}}, V{"normalize-soft-targets"}},
+      {"bce 0..255 masks", seed, "target-out-of-range", 8, 2, Severity::Error, J{{"max", 255}},
+       V{"scale-targets", "clamp-targets"}},
+      {"int targets for bce", seed, "target-dtype", 8, 0, Severity::Error, {}, V{"cast-target"}},
+      {"NaN input", seed, "input-nonfinite", 8, 5, Severity::Error, {}, V{"clean-data"}},
+      {"NaN loss", seed, "loss-nonfinite", 8, 5, Severity::Error, {}, V{"reproduce"}},
+      {"in-place op in backward", seed, "backward-error", 8, 0, Severity::Error, {}, V{"reproduce"}},
+      {"NaN gradients", seed, "gradient-nonfinite", 8, 0, Severity::Error, {}, V{"clip-and-find", "reproduce"}},
+      {"traced in eval, scanned in train", seed, "trace-mode-mismatch", 0, std::nullopt, Severity::Warning, {},
+       V{"trace-in-scan-mode", "script-instead"}},
+      {"float64 inputs", seed, "forward-error", 8, 0, Severity::Error, J{{"cause", "input-dtype"}},
+       V{"cast-inputs", "reproduce"}},
+      {"ragged samples through default_collate", seed, "collate-error", 8, 3, Severity::Error,
+       J{{"field", "inputs"}, {"collate", "default"}}, V{"pad-collate-variable-length", "reproduce"}},
+      {"pad_sequence on unequal trailing dims", seed, "collate-error", 8, 3, Severity::Error,
+       J{{"field", "inputs"}, {"collate", "pad"}}, V{"same-trailing-dims", "reproduce"}},
+  };
+  for (const auto& c : cases) EXPECT_EQ(fix_ids(c), c.fixes) << c.name;
+}
+
+TEST(Fixes, PadCollateFixIsTheConfigBatchcheckThenChecks) {
+  const LoaderCase seed;
+  Finding f;
+  fix_ids({"targets", seed, "collate-error", 8, 3, Severity::Error, J{{"field", "targets"}, {"collate", "default"}}, {}}, &f);
+  EXPECT_EQ(f.fixes[0].code,
+            "DataLoader(..., collate_fn=lambda b: (default_collate([x for x, _ in b]), pad_sequence([y for _, y in b], "
+            "batch_first=True, padding_value=-100)))  # batchcheck config: \"loader\": {\"collate\": {\"pad\": "
+            "{\"targets\": -100}}}");
+  EXPECT_EQ(f.fixes[0].tradeoff, "the padding value must be ignored by the loss (ignore_index=-100)");
+}
+
+TEST(Fixes, InplaceBackwardErrorNamesTheOutOfPlaceFix) {
+  Case c{"inplace", LoaderCase{}, "backward-error", 8, 0, Severity::Error, {}, {}};
+  Geometry g = geometry(c.setup);
+  Finding f;
+  f.id = c.id;
+  f.batch = 0;
+  f.message = "loss.backward() raised: one of the variables needed for gradient computation has been modified by an inplace operation";
+  f.evidence["batch_size"] = 8;
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::Bce;
+  ctx.batch_indices = {0, 1, 2, 3, 4, 5, 6, 7};
+  attach_fixes(f, ctx);
+  ASSERT_EQ(f.fixes.size(), 2u);
+  EXPECT_EQ(f.fixes[0].id, "out-of-place");
+  EXPECT_EQ(f.fixes[1].code,
+            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in range(0, 8)]); "
+            "model.train(True); out = model(x); loss = nn.BCELoss()(out, y); loss.backward()");
+}
+
+TEST(Fixes, ReproduceUsesTheWholeFailingBatchTheModeAndTheLossOptions) {
+  LoaderCase s{1041, 8, 1, false, LossType::CrossEntropy};
+  Geometry g = geometry(s);
+  Finding f;
+  f.id = "loss-nonfinite";
+  f.batch = 7;
+  f.samples = {61};  // the bad sample: reproduce still feeds the whole batch
+  f.evidence["batch_size"] = 3;
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::CrossEntropy;
+  ctx.loss.ignore_index = 255;
+  ctx.loss.reduction = Reduction::Sum;
+  ctx.mode = Mode::Eval;
+  ctx.output = std::string("out");
+  ctx.batch_indices = {60, 61, 9};
+  attach_fixes(f, ctx);
+  ASSERT_FALSE(f.fixes.empty());
+  EXPECT_EQ(f.fixes.back().code,
+            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in [60, 61, 9]]); "
+            "model.train(False); out = model(x)[\"out\"]; loss = nn.CrossEntropyLoss(ignore_index=255, "
+            "reduction='sum')(out, y)");
+  EXPECT_EQ(f.fixes.back().title, "reproduce it in Python on the same samples (batch 7)");
+}
+
+TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
+  LoaderCase s{6000, 32};
+  Fix d = fix_batch_size_divisor(geometry(s));
+  EXPECT_EQ(d.code, "DataLoader(..., batch_size=30)");  // not 25: 30 divides 6000 and is nearer to 32
+}
+
+TEST(Fixes, NoTradeoffReadsNone) {
+  for (const char* id : {"hardcoded-batch-size", "batch-dim-mismatch", "target-dtype", "shape-mismatch"}) {
+    Case c{id, LoaderCase{}, id, 1, 130, Severity::Error, J{{"output_shape", {1}}, {"target_shape", {1, 1}}}, {}};
+    Finding f;
+    fix_ids(c, &f);
+    for (const auto& fix : f.fixes) {
+      EXPECT_NE(fix.tradeoff, "none") << id << " " << fix.id;
+      EXPECT_EQ(fix.tradeoff.rfind("none", 0), std::string::npos) << id << " " << fix.id << ": " << fix.tradeoff;
+      EXPECT_EQ(fix.tradeoff.find("drops 0 "), std::string::npos) << id << " " << fix.id;
+    }
+  }
+}
+
+TEST(Fixes, PadCollateIsCompletePython) {
+  Fix f = fix_pad_collate(geometry(LoaderCase{}), LossType::Bce);
+  EXPECT_NE(f.code.find("def pad_to_batch_size(batch, size=8):"), std::string::npos) << f.code;
+  EXPECT_NE(f.code.find("DataLoader(..., collate_fn=pad_to_batch_size)"), std::string::npos) << f.code;
+}
+
+TEST(Fixes, PythonIndices) {
+  EXPECT_EQ(python_indices({4, 5, 6}), "range(4, 7)");
+  EXPECT_EQ(python_indices({4, 5}), "[4, 5]");
+  EXPECT_EQ(python_indices({9, 1, 2}), "[9, 1, 2]");
+  EXPECT_EQ(loss_constructor(LossConfig{}), "");
+  LossConfig l;
+  l.type = LossType::BceWithLogits;
+  l.pos_weight = {3};
+  EXPECT_EQ(loss_constructor(l), "nn.BCEWithLogitsLoss(pos_weight=torch.tensor([3]))");
+}

@@ -1,0 +1,277 @@
+// The supervised scan, through the real binary: the report equals the in-process scan's;
+// a batch whose process crashes or never finishes is a finding and the scan goes on in a
+// fresh engine child; a crash while loading is one line and exit 2; SIGINT while the
+// model is stuck ends the scan at once with an incomplete report. Crashes come from
+// BATCHCHECK_TEST_FAULT (the engine child really dies of the signal).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <fstream>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <thread>
+
+#include "engine/scan_command.h"
+#include "support/workspace.h"
+
+using namespace batchcheck;
+using namespace batchcheck::test_util;
+
+extern char** environ;
+
+namespace {
+
+const std::string kBin = BATCHCHECK_BINARY_DIR "/app/batchcheck";
+
+struct BinaryRun {
+  int code = -1;
+  Json report;
+  std::string err;
+};
+
+// Runs `batchcheck scan <cfg> -o report.json <flags>` with `env` (VAR=value ...) prepended.
+BinaryRun run_binary(Workspace& w, const std::string& flags, const std::string& env = "") {
+  w.write_config();
+  const std::string log = w.file("stderr.log"), report = w.file("report.json");
+  std::remove(report.c_str());
+  CommandResult r = run_command("env ASAN_OPTIONS=detect_leaks=0 " + env + " '" + kBin + "' scan '" + w.file("cfg.json") +
+                                "' -o '" + report + "' " + flags + " 2>'" + log + "'");
+  BinaryRun b;
+  b.code = r.status;
+  std::ifstream e(log);
+  b.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  std::ifstream in(report);
+  if (in) b.report = Json::parse(in);
+  return b;
+}
+
+// 16 samples in batches of 2; the model loops forever on any batch holding the value 7.
+void endless_setup(Workspace& w) {
+  w.inputs(16, 3, [](uint64_t i, uint64_t) { return i == 5 ? 7.0f : 0.5f; })
+      .float_targets(std::vector<float>(16, 0.0f))
+      .model("def forward(self, x):\n"
+             "    if bool((x == 7.0).any()):\n"
+             "        while bool(x.sum() == x.sum()):\n"
+             "            x = x * 1.0\n"
+             "    return x.sum(1, keepdim=True)\n")
+      .loader(R"({"batch_size": 2})");
+}
+
+void plain_setup(Workspace& w) {
+  w.inputs(10, 3).float_targets(std::vector<float>(10, 0.0f)).model("def forward(self, x):\n    return x.sum(1, keepdim=True)\n")
+      .loader(R"({"batch_size": 2})");
+}
+
+const Json* find(const Json& report, const std::string& id) {
+  for (const auto& f : report["findings"]) {
+    if (f["id"] == id) return &f;
+  }
+  return nullptr;
+}
+
+int line_count(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+// One intra-op thread per process everywhere: LibTorch's reductions round differently with
+// other thread counts (the last digits of the plotted statistics).
+TEST(Supervisor, ReportEqualsTheInProcessScan) {
+  for (const char* name : {"classification_label255.json", "segmentation_tail.json", "clean.json"}) {
+    TempDir dir("sup-eq");
+    const std::string cfg = std::string(BATCHCHECK_SOURCE_DIR "/sample_configs/") + name;
+    ScanCommand cmd;
+    cmd.config_path = cfg;
+    cmd.output_path = dir.file("inproc.json");
+    cmd.verbosity = -1;
+    cmd.handle_signals = false;
+    cmd.threads = 1;
+    std::ostringstream out, err;
+    scan_command(cmd, out, err);
+    std::ifstream a(dir.file("inproc.json"));
+    ASSERT_TRUE(a);
+    const Json inproc = Json::parse(a);
+    // The default (one job that may split), one supervised child, and two jobs.
+    for (const char* flags : {"--threads 1", "--jobs 1 --threads 1", "--jobs 2 --threads 2"}) {
+      SCOPED_TRACE(std::string(name) + " " + flags);
+      CommandResult r = run_command("env ASAN_OPTIONS=detect_leaks=0 '" + kBin + "' scan '" + cfg + "' -q -o '" +
+                                    dir.file("sup.json") + "' " + flags);
+      EXPECT_LE(r.status, 1);
+      std::ifstream b(dir.file("sup.json"));
+      ASSERT_TRUE(b);
+      EXPECT_EQ(inproc, Json::parse(b));
+    }
+  }
+}
+
+TEST(Supervisor, EndlessForwardIsAForwardTimeoutAndTheScanGoesOn) {
+  Workspace w("sup-timeout");
+  endless_setup(w);
+  BinaryRun r = run_binary(w, "--batch-timeout 1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], true);
+  EXPECT_EQ(r.report["batches"]["checked"], 8);  // every batch: the one that hung counts as checked
+  const Json* f = find(r.report, "forward-timeout");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 2);
+  EXPECT_EQ((*f)["samples"], Json::array({4, 5}));
+  EXPECT_EQ((*f)["severity"], "error");
+  EXPECT_EQ((*f)["evidence"]["timeout_seconds"], 1);
+  EXPECT_NE((*f)["message"].get<std::string>().find("ran longer than the batch timeout of 1 second"), std::string::npos);
+}
+
+TEST(Supervisor, CrashedBatchIsAFindingAndTheScanGoesOn) {
+  Workspace w("sup-crash");
+  plain_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=step:1:SEGV");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], true);
+  EXPECT_EQ(r.report["batches"]["checked"], 5);
+  const Json* f = find(r.report, "forward-crash");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 1);
+  EXPECT_EQ((*f)["samples"], Json::array({2, 3}));
+  EXPECT_EQ((*f)["evidence"]["signal"], "SIGSEGV");
+  EXPECT_EQ(r.report["batches"]["last"]["index"], 4);  // batches after the crash were replayed
+  // The fixes include the batch to run in Python.
+  bool reproduce = false;
+  for (const auto& fix : (*f)["fixes"]) reproduce |= fix["id"] == "reproduce";
+  EXPECT_TRUE(reproduce);
+}
+
+TEST(Supervisor, OutOfMemoryKillIsAFinding) {
+  Workspace w("sup-kill");
+  plain_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=step:4:KILL");
+  EXPECT_EQ(r.code, 1) << r.err;
+  const Json* f = find(r.report, "forward-crash");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ((*f)["batch"], 4);
+  EXPECT_NE((*f)["message"].get<std::string>().find("SIGKILL (killed: out of memory?)"), std::string::npos);
+}
+
+TEST(Supervisor, CrashesInARowStopTheScan) {
+  Workspace w("sup-loop");
+  plain_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=from:1:ABRT");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], false);
+  EXPECT_EQ(r.report["findings"][0]["id"], "forward-crash");
+  EXPECT_EQ(r.report["findings"][0]["batches"], Json::array({1, 2, 3}));
+  bool noted = false;
+  for (const auto& n : r.report["notes"]) noted |= n.get<std::string>().find("3 batches in a row crashed") != std::string::npos;
+  EXPECT_TRUE(noted) << r.report["notes"].dump();
+}
+
+TEST(Supervisor, CrashWhileLoadingIsOneLineAndExit2) {
+  Workspace w("sup-load");
+  plain_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=load:SEGV");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "batchcheck: error: x.npy: LibTorch crashed reading this file (SIGSEGV): the file is corrupt or was "
+                   "not written by torch.save\n");
+  EXPECT_TRUE(r.report.is_null());  // no report, no temp file
+  EXPECT_EQ(line_count(r.err), 1);
+}
+
+TEST(Supervisor, SigintDuringAnEndlessForwardExits130WithinTwoSeconds) {
+  Workspace w("sup-sigint");
+  endless_setup(w);
+  w.write_config();
+  const std::string log = w.file("stderr.log"), out = w.file("report.json"), cfg = w.file("cfg.json");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::string bin = kBin;
+  std::vector<char*> argv = {bin.data(), const_cast<char*>("scan"), const_cast<char*>(cfg.c_str()), const_cast<char*>("-o"),
+                             const_cast<char*>(out.c_str()), const_cast<char*>("-v"), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Batch 1 done: batch 2 (samples 4, 5) is looping.
+  bool seen = false;
+  for (int i = 0; i < 1200 && !seen; ++i) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    seen = text.find("rank 0 batch 1 ") != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(seen);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_LT(took, 2.0);
+  std::ifstream in(out);
+  ASSERT_TRUE(in);
+  Json r = Json::parse(in);
+  EXPECT_EQ(r["complete"], false);
+  EXPECT_EQ(r["batches"]["checked"], 2);
+  // No temp file left beside the report.
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(out).parent_path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+}
+
+TEST(Supervisor, LibTorchsOwnLogLinesStayOffStderrUnlessVerbose) {
+  Workspace w("sup-log");
+  plain_setup(w);
+  BinaryRun quiet = run_binary(w, "", "BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("batchcheck test: a LibTorch"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.find("InitGoogleLogging"), std::string::npos) << quiet.err;
+  BinaryRun verbose = run_binary(w, "-v", "BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_EQ(verbose.code, 0) << verbose.err;
+  EXPECT_NE(verbose.err.find("batchcheck test: a LibTorch warning"), std::string::npos) << verbose.err;
+  // The user's own setting wins.
+  BinaryRun asked = run_binary(w, "", "TORCH_CPP_LOG_LEVEL=WARNING GLOG_minloglevel=0 BATCHCHECK_TEST_FAULT=log:");
+  EXPECT_NE(asked.err.find("batchcheck test: a LibTorch error"), std::string::npos) << asked.err;
+}
+
+// 10 samples in batches of 2; sample 3's log is NaN. The localizer names aten::log; when it
+// dies itself, the batch's finding stands without a root cause and the scan goes on.
+void log_setup(Workspace& w) {
+  w.inputs(10, 3, [](uint64_t i, uint64_t) { return i == 3 ? -1.0f : 0.5f; })
+      .float_targets(std::vector<float>(10, 0.0f))
+      .model("def forward(self, x):\n    return torch.log(x).sum(1, keepdim=True)\n")
+      .loader(R"({"batch_size": 2})");
+}
+
+TEST(Supervisor, RootCauseCrossesTheJournal) {
+  Workspace w("sup-cause");
+  log_setup(w);
+  BinaryRun r = run_binary(w, "");
+  EXPECT_EQ(r.code, 1) << r.err;
+  const Json* f = find(r.report, "output-nonfinite");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 1);
+  EXPECT_EQ((*f)["root_cause"]["op"], "aten::log") << f->dump(2);
+  EXPECT_EQ((*f)["root_cause"]["inputs"][0]["negative"], 3);
+  EXPECT_EQ((*f)["occurrences"][0]["root_cause"], (*f)["root_cause"]);
+  EXPECT_NE(r.err.find("root cause at "), std::string::npos) << r.err;
+}
+
+TEST(Supervisor, CrashWhileLocalizingKeepsTheFindingAndGoesOnWithoutRootCauses) {
+  Workspace w("sup-cause-crash");
+  log_setup(w);
+  BinaryRun r = run_binary(w, "", "BATCHCHECK_TEST_FAULT=localize:SEGV");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], true);
+  EXPECT_EQ(r.report["batches"]["checked"], 5);
+  EXPECT_EQ(find(r.report, "forward-crash"), nullptr) << r.report.dump(2);  // the batch did not crash
+  const Json* f = find(r.report, "output-nonfinite");
+  ASSERT_NE(f, nullptr) << r.report.dump(2);
+  EXPECT_EQ((*f)["batch"], 1);
+  EXPECT_FALSE(f->contains("root_cause"));
+  bool noted = false;
+  for (const auto& n : r.report["notes"]) {
+    noted |= n.get<std::string>().find("localizing the root cause of batch 1 crashed the scan engine (SIGSEGV") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << r.report["notes"].dump();
+}
