@@ -94,7 +94,7 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
   ViewTargets v = view_targets(a);
   refuse_clobbering(view_outputs(v), {{path, "the report being rendered"}});
   try {
-    if (!v.junit && !v.markdown && !v.html && !v.github) {
+    if (!v.any_file() && !v.github) {
       out << markdown_view(report);
       return 0;
     }

@@ -12,6 +12,7 @@
 #include "core/parse/npy.h"
 #include "core/pipeline/contract.h"
 #include "engine/data_fields.h"
+#include "engine/tensor_checks.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
@@ -332,6 +333,66 @@ std::unique_ptr<DataSource> open_data_source(const Config& cfg) {
     if (!m.input_args.empty()) m.input_args.erase(m.input_args.begin() + static_cast<std::ptrdiff_t>(i));
   }
   return std::make_unique<MaskedSource>(cfg, open_file_source(files));
+}
+
+namespace {
+
+c10::IValue to_device(const c10::IValue& v, const c10::Device& device) {
+  if (v.isTensor()) return v.toTensor().to(device);
+  if (v.isTensorList()) {
+    const c10::List<at::Tensor> in = v.toTensorList();
+    c10::List<at::Tensor> out;
+    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(in.get(i).to(device));
+    return out;
+  }
+  if (v.isList()) {  // dicts of tensors
+    const c10::List<c10::IValue> in = v.toList();
+    c10::List<c10::Dict<std::string, at::Tensor>> out;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      c10::Dict<std::string, at::Tensor> moved;
+      for (const auto& item : in.get(i).toGenericDict()) moved.insert(item.key().toStringRef(), item.value().toTensor().to(device));
+      out.push_back(std::move(moved));
+    }
+    return out;
+  }
+  return v;
+}
+
+}  // namespace
+
+StagedBatch stage_batch(const DataSource& data, bool lists, const c10::Device& device, const std::vector<int64_t>& indices) {
+  StagedBatch s;
+  s.indices = indices;
+  try {
+    for (std::size_t k = 0; k < data.input_names().size(); ++k) {
+      const int field = static_cast<int>(k);
+      s.inputs.push_back(lists ? data.gather_list(field, indices) : c10::IValue(data.gather(field, indices)));
+    }
+    if (lists) {
+      s.target_list = data.gather_list(kTargetField, indices);
+    } else {
+      s.target = data.gather(kTargetField, indices);
+    }
+  } catch (CollateError& e) {
+    s.inputs.clear();
+    s.target = at::Tensor();
+    s.failure = LoadFailure{{}, std::move(e.failure)};
+    return s;
+  } catch (UnreadableError& e) {
+    s.inputs.clear();
+    s.target = at::Tensor();
+    s.failure = LoadFailure{std::move(e.samples), {}};
+    return s;
+  }
+  for (const auto& in : s.inputs) {
+    s.input_stats.push_back(floating_value(in) ? std::optional<ValueStats>(check_value(in, ValueRule{})) : std::nullopt);
+  }
+  if (device.is_cuda()) {
+    for (auto& in : s.inputs) in = to_device(in, device);
+    if (s.target.defined()) s.target = s.target.to(device);
+    s.target_list = to_device(s.target_list, device);
+  }
+  return s;
 }
 
 }  // namespace batchcheck

@@ -69,4 +69,19 @@ std::unique_ptr<DataSource> open_image_source(const Config& cfg);
 // for unusable files and fields that are not there.
 std::unique_ptr<DataSource> open_data_source(const Config& cfg);
 
+// A batch read ahead: its tensors on the scan's device, and the finiteness check of its inputs.
+struct StagedBatch {
+  std::vector<int64_t> indices;
+  std::vector<c10::IValue> inputs;  // per input field: a tensor, or a list of samples (loader.collate.list)
+  at::Tensor target;
+  c10::IValue target_list;  // loader.collate.list: the targets as a list of samples
+  std::vector<std::optional<ValueStats>> input_stats;
+  std::optional<LoadFailure> failure;  // then no inputs and an undefined target
+};
+
+// Reads and collates a batch (`lists`: as lists of samples), checks its inputs and moves it to
+// `device`. A failing collate or unreadable samples are the batch's failure, never a throw.
+// Runs on the worker thread for prefetched batches (data sources are read-only).
+StagedBatch stage_batch(const DataSource& data, bool lists, const c10::Device& device, const std::vector<int64_t>& indices);
+
 }  // namespace batchcheck

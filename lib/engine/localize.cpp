@@ -9,6 +9,7 @@
 
 #include "core/findings/error_text.h"
 #include "engine/localize_sites.h"
+#include "engine/tensor_checks.h"
 
 namespace batchcheck {
 
@@ -20,7 +21,9 @@ constexpr std::size_t kChainShown = 5;
 
 bool is_tensor(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
 
-// The smallest and largest value in one pass; NaN propagates into both.
+// The smallest and largest value of an op's output in one pass, on the op's device (the check
+// kernel reads host memory: copying every op's output there would cost more than the op); NaN
+// propagates into both.
 bool min_max(const at::Tensor& t, double& lo, double& hi) {
   at::Tensor d = t.detach();
   try {
@@ -37,27 +40,38 @@ bool min_max(const at::Tensor& t, double& lo, double& hi) {
 
 bool usable(const at::Tensor& t) { return t.defined() && t.is_floating_point() && t.numel() > 0; }
 
-uint64_t count(const at::Tensor& mask) { return static_cast<uint64_t>(mask.sum().item<int64_t>()); }
-
+// A tensor's statistics for the report, from the check kernel (the one place values are
+// counted): one pass against the request's band, then two for signs and |x| > 1. Cold: it
+// runs once per localized finding.
 TensorSummary summarize(const at::Tensor& t, const std::string& name, std::optional<double> lo, std::optional<double> hi) {
   TensorSummary s;
   s.name = name;
   s.shape = t.sizes().vec();
   s.elements = static_cast<uint64_t>(t.numel());
   if (!t.defined() || t.numel() == 0) return s;
-  at::Tensor d = t.detach().to(at::kCPU).to(at::kDouble);
-  s.nan = count(at::isnan(d));
-  s.pos_inf = count(at::isposinf(d));
-  s.neg_inf = count(at::isneginf(d));
-  at::Tensor fin = d.masked_select(at::isfinite(d));
-  if (fin.numel() == 0) return s;
-  s.min = fin.min().item<double>();
-  s.max = fin.max().item<double>();
-  s.negative = count(fin < 0);
-  s.zero = count(fin == 0);
-  s.outside_unit = count(fin.abs() > 1);
-  if (hi) s.above = count(fin > *hi);
-  if (lo) s.below = count(fin < *lo);
+  const at::Tensor k = for_kernel(t.detach());
+  auto pass = [&k](std::optional<double> below, std::optional<double> above) {
+    ValueRule rule;
+    rule.lo = below;
+    rule.hi = above;
+    return check_tensor(k, rule);
+  };
+  const ValueStats band = pass(lo, hi);
+  s.nan = band.nan;
+  // The kernel counts Inf without its sign; telling them apart is needed only when there are some.
+  if (band.inf) s.pos_inf = static_cast<uint64_t>(at::isposinf(k).sum().item<int64_t>());
+  s.neg_inf = band.inf - s.pos_inf;
+  const uint64_t finite = s.elements - band.nan - band.inf;
+  if (finite == 0) return s;
+  s.min = band.min;
+  s.max = band.max;
+  if (lo) s.below = band.below;
+  if (hi) s.above = band.above;
+  const ValueStats sign = pass(0.0, 0.0);  // below: x < 0, above: x > 0
+  s.negative = sign.below;
+  s.zero = finite - sign.below - sign.above;
+  const ValueStats unit = pass(-1.0, 1.0);
+  s.outside_unit = unit.below + unit.above;
   return s;
 }
 

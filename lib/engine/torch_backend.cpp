@@ -77,26 +77,6 @@ class ModelWarnings : public compat::WarningSink {
   std::set<std::string> seen_;
 };
 
-c10::IValue to_device(const c10::IValue& v, const c10::Device& device) {
-  if (v.isTensor()) return v.toTensor().to(device);
-  if (v.isTensorList()) {
-    const c10::List<at::Tensor> in = v.toTensorList();
-    c10::List<at::Tensor> out;
-    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(in.get(i).to(device));
-    return out;
-  }
-  if (v.isList()) {  // dicts of tensors
-    const c10::List<c10::IValue> in = v.toList();
-    c10::List<c10::Dict<std::string, at::Tensor>> out;
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      c10::Dict<std::string, at::Tensor> moved;
-      for (const auto& item : in.get(i).toGenericDict()) moved.insert(item.key().toStringRef(), item.value().toTensor().to(device));
-      out.push_back(std::move(moved));
-    }
-    return out;
-  }
-  return v;
-}
 
 // --- the backend ----------------------------------------------------------------
 
@@ -109,7 +89,7 @@ class TorchBackend : public Backend {
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
-    pick_device();
+    device_ = pick_device(opt);
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Npy ? cfg.data.inputs_display : cfg.data.path_display);
     data_ = open_data_source(cfg);
     if (cfg.loss.type == LossType::Model && !data_->has_targets()) {
@@ -161,7 +141,7 @@ class TorchBackend : public Backend {
 
   std::optional<LoadFailure> load_batch(const std::vector<int64_t>& indices) override {
     batch_size_ = indices.size();
-    Staged s;
+    StagedBatch s;
     if (pending_.valid()) {
       s = pending_.get();  // rethrows what the worker threw (e.g. a truncated file)
       if (s.indices != indices) s = stage(indices);
@@ -186,11 +166,15 @@ class TorchBackend : public Backend {
     return meta_of(tensor(slot));
   }
 
+  StagedBatch stage(const std::vector<int64_t>& indices) const {
+    return stage_batch(*data_, cfg_.loader.collate.list, device_, indices);
+  }
+
   void prefetch(const std::vector<int64_t>& indices) override {
     // A thread hand-off costs microseconds: worth it only when reading costs more.
     constexpr uint64_t kMinBytes = 256 * 1024;
     if (indices.size() * data_->sample_bytes() < kMinBytes) return;
-    if (!worker_) worker_ = std::make_unique<Worker<Staged>>();
+    if (!worker_) worker_ = std::make_unique<Worker<StagedBatch>>();
     pending_ = worker_->submit([this, indices] { return stage(indices); });
   }
 
@@ -308,87 +292,11 @@ class TorchBackend : public Backend {
   std::vector<std::string> nonfinite_batchnorm_stats() override { return model_->nonfinite_batchnorm_stats(); }
 
  private:
-  void pick_device() {
-    std::string d = opt_.device;
-    const bool wants_cuda = d == "auto" || d.rfind("cuda", 0) == 0;
-    std::string cuda_failure;
-    if (wants_cuda) cuda_failure = load_cuda_runtime();
-    if (wants_cuda && opt_.sync) {
-      // Must precede CUDA's initialization to take effect: errors then surface at the
-      // failing kernel's call site instead of a later, unrelated one.
-      ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
-    }
-    if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
-    if (d.rfind("cuda", 0) == 0) {
-      if (!torch::cuda::is_available()) {
-        if (!cuda_failure.empty()) {
-          throw InputError(opt_.device_file, opt_.device_where, "\"" + opt_.device + "\" requested, but LibTorch's CUDA library does not load (" +
-                                                                    single_line(cuda_failure) + "); use --device cpu");
-        }
-        throw InputError(opt_.device_file, opt_.device_where, "\"" + opt_.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
-      }
-      c10::Device dev(d);
-      if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count())) {
-        throw InputError(opt_.device_file, opt_.device_where, "\"" + d + "\" does not exist: " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");
-      }
-      device_ = dev.has_index() ? dev : c10::Device(c10::kCUDA, 0);
-    } else {
-      device_ = c10::Device(c10::kCPU);
-    }
-  }
-
   void clear_gradients() {
     for (const auto& p : model_->parameters()) {
       at::Tensor param = p.second;  // shares the parameter's storage and autograd meta
       if (param.grad().defined()) param.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
     }
-  }
-
-  // A batch read ahead: its tensors, and the finiteness check of its inputs.
-  struct Staged {
-    std::vector<int64_t> indices;
-    std::vector<c10::IValue> inputs;  // per input field: a tensor, or a list of samples (loader.collate.list)
-    at::Tensor target;
-    c10::IValue target_list;  // loader.collate.list: the targets as a list of samples
-    std::vector<std::optional<ValueStats>> input_stats;
-    std::optional<LoadFailure> failure;  // then no inputs and an undefined target
-  };
-
-  // Runs on the worker thread for prefetched batches (data sources are read-only).
-  Staged stage(const std::vector<int64_t>& indices) const {
-    Staged s;
-    s.indices = indices;
-    try {
-      const bool lists = cfg_.loader.collate.list;
-      for (std::size_t k = 0; k < data_->input_names().size(); ++k) {
-        const int field = static_cast<int>(k);
-        s.inputs.push_back(lists ? data_->gather_list(field, indices) : c10::IValue(data_->gather(field, indices)));
-      }
-      if (lists) {
-        s.target_list = data_->gather_list(kTargetField, indices);
-      } else {
-        s.target = data_->gather(kTargetField, indices);
-      }
-    } catch (CollateError& e) {
-      s.inputs.clear();
-      s.target = at::Tensor();
-      s.failure = LoadFailure{{}, std::move(e.failure)};
-      return s;
-    } catch (UnreadableError& e) {
-      s.inputs.clear();
-      s.target = at::Tensor();
-      s.failure = LoadFailure{std::move(e.samples), {}};
-      return s;
-    }
-    for (const auto& in : s.inputs) {
-      s.input_stats.push_back(floating_value(in) ? std::optional<ValueStats>(check_value(in, ValueRule{})) : std::nullopt);
-    }
-    if (device_.is_cuda()) {
-      for (auto& in : s.inputs) in = to_device(in, device_);
-      if (s.target.defined()) s.target = s.target.to(device_);
-      s.target_list = to_device(s.target_list, device_);
-    }
-    return s;
   }
 
   const at::Tensor& tensor(Slot slot) const {
@@ -430,13 +338,11 @@ class TorchBackend : public Backend {
   std::vector<std::optional<ValueStats>> input_stats_;  // per input field, when floating
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.
-  std::future<Staged> pending_;
-  std::unique_ptr<Worker<Staged>> worker_;
+  std::future<StagedBatch> pending_;
+  std::unique_ptr<Worker<StagedBatch>> worker_;
 };
 
 }  // namespace
-
-bool cuda_device_visible() { return load_cuda_runtime().empty() && torch::cuda::is_available(); }
 
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options) {
   return std::make_unique<TorchBackend>(cfg, options);

@@ -5,6 +5,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
+#include <torch/cuda.h>
 
 #include <cerrno>
 #include <cstring>
@@ -82,12 +83,14 @@ std::string read_all(const std::string& path) {
 
 namespace {
 
-// libtorch_cuda.so beside the libtorch_cpu.so this process runs ("" when that is unknown).
-std::string cuda_library_path() {
+// A library of this LibTorch, beside the libtorch_cpu.so this process runs ("" when that is unknown).
+std::string libtorch_library(const char* name) {
   Dl_info cpu{};
   if (!::dladdr(reinterpret_cast<void*>(&at::globalContext), &cpu) || !cpu.dli_fname) return "";
-  return (std::filesystem::path(cpu.dli_fname).parent_path() / "libtorch_cuda.so").string();
+  return (std::filesystem::path(cpu.dli_fname).parent_path() / name).string();
 }
+
+std::string cuda_library_path() { return libtorch_library("libtorch_cuda.so"); }
 
 }  // namespace
 
@@ -108,7 +111,7 @@ std::string load_cuda_runtime() {
     // the whole LibTorch (an operator library, a .pt2 package) names libtorch.so, which would
     // otherwise be looked for on the system's path (and another LibTorch found there).
     for (const char* name : {"libtorch_cuda.so", "libtorch.so"}) {
-      const std::string lib = (std::filesystem::path(path).parent_path() / name).string();
+      const std::string lib = libtorch_library(name);
       if (std::filesystem::exists(lib, ec) && !::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
         const char* why = ::dlerror();
         return why ? why : lib + ": cannot load";
@@ -130,13 +133,10 @@ std::string libtorch_rest_note() {
   if (failure.empty()) return "";
   // The load can fail after both libraries loaded (the CUDA checks): libtorch.so is then
   // there, and not what the error is about.
-  const std::string path = cuda_library_path();
-  if (!path.empty()) {
-    const std::string rest = (std::filesystem::path(path).parent_path() / "libtorch.so").string();
-    if (void* h = ::dlopen(rest.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
-      ::dlclose(h);
-      return "";
-    }
+  const std::string rest = libtorch_library("libtorch.so");
+  if (void* h = rest.empty() ? nullptr : ::dlopen(rest.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+    ::dlclose(h);
+    return "";
   }
   return "; LibTorch's CUDA library and libtorch.so did not load: " + single_line(failure);
 }
@@ -153,5 +153,35 @@ void require_model_file(const std::string& path, const char* what) {
   if (!probe) throw InputError(path, "", "cannot read the model: " + std::string(std::strerror(errno)));
   if (probe.peek() == std::ifstream::traits_type::eof()) throw InputError(path, "", "the model file is empty");
 }
+
+c10::Device pick_device(const BackendOptions& opt) {
+  std::string d = opt.device;
+  const bool wants_cuda = d == "auto" || d.rfind("cuda", 0) == 0;
+  std::string cuda_failure;
+  if (wants_cuda) cuda_failure = load_cuda_runtime();
+  if (wants_cuda && opt.sync) {
+    // Must precede CUDA's initialization to take effect: errors then surface at the
+    // failing kernel's call site instead of a later, unrelated one.
+    ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  }
+  if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
+  if (d.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available()) {
+      if (!cuda_failure.empty()) {
+        throw InputError(opt.device_file, opt.device_where, "\"" + opt.device + "\" requested, but LibTorch's CUDA library does not load (" +
+                                                                  single_line(cuda_failure) + "); use --device cpu");
+      }
+      throw InputError(opt.device_file, opt.device_where, "\"" + opt.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
+    }
+    c10::Device dev(d);
+    if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count())) {
+      throw InputError(opt.device_file, opt.device_where, "\"" + d + "\" does not exist: " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");
+    }
+    return dev.has_index() ? dev : c10::Device(c10::kCUDA, 0);
+  }
+  return c10::Device(c10::kCPU);
+}
+
+bool cuda_device_visible() { return load_cuda_runtime().empty() && torch::cuda::is_available(); }
 
 }  // namespace batchcheck

@@ -31,6 +31,11 @@ void require_model_file(const std::string& path, const char* what);
 // built against the whole LibTorch may fail of that), else "".
 std::string libtorch_rest_note();
 
+// The scan's device from --device / the config's "device": CUDA's library loaded first when
+// asked for (and CUDA_LAUNCH_BLOCKING set with sync). Throws InputError naming where the device
+// was asked for when it is not there.
+c10::Device pick_device(const BackendOptions& opt);
+
 // An exception's text without LibTorch's C++ backtrace.
 std::string exception_message(const std::exception& e);
 

@@ -241,18 +241,17 @@ class TorchScriptRunner : public ModelRunner {
     module_.train(mode == Mode::Train);
     info_.format = "torchscript";
     // Named once: listing a TorchScript module's parameters builds their names each time.
-    for (const auto& p : module_.named_parameters(true)) params_.emplace_back(p.name, p.value);
-    for (const auto& b : module_.named_buffers(true)) {
-      if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
-    }
     // A model that is already broken in its file: one pass over its weights at load.
     auto nonfinite = [](const at::Tensor& t) {
       return t.defined() && t.is_floating_point() && !at::isfinite(t).all().item<bool>();
     };
-    for (const auto& [name, value] : params_) {
-      if (nonfinite(value)) info_.nonfinite_parameters.push_back(name);
+    for (const auto& p : module_.named_parameters(true)) {
+      params_.emplace_back(p.name, p.value);
+      if (nonfinite(p.value)) info_.nonfinite_parameters.push_back(p.name);
     }
+    // The buffers as loaded, kept to restore before every rank and the probes.
     for (const auto& b : module_.named_buffers(true)) {
+      if (b.value.defined()) saved_buffers_.emplace_back(b.value, b.value.detach().clone());
       if (nonfinite(b.value)) info_.nonfinite_buffers.push_back(b.name);
     }
     for (const auto& m : module_.named_modules()) {

@@ -310,14 +310,7 @@ TEST(ScanE2E, ProbeExposesASmallBatchFailureTheLoaderNeverDelivers) {
 }
 
 TEST(ScanE2E, TracedBatchNormTurnsRunningVarNanWithoutRaising) {
-  // What torch.jit.trace records for nn.BatchNorm1d: the ATen op, without the Python
-  // check that raises on one value per channel.
-  ModuleSpec bn{"BatchNorm1d",
-                "def forward(self, x):\n"
-                "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-                "                            self.training, 0.1, 1e-5, False)\n",
-                {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}, true}, {"running_var", {3}, {1, 1, 1}, true}},
-                {}};
+  const ModuleSpec bn = traced_batchnorm(3);
   Workspace s("traced_bn");
   s.inputs(9, 3).float_targets(zeros(9)).model("def forward(self, x):\n    return self.bn.forward(x).sum(1, keepdim=True)\n", {}, {{"bn", bn}});
   auto r = s.scan();
@@ -330,9 +323,7 @@ TEST(ScanE2E, TracedBatchNormTurnsRunningVarNanWithoutRaising) {
 
   // Over 3 positions a sample of one has 3 values per channel: its statistics stay finite.
   // NaN inputs in the first batch turned them NaN earlier; the tail is not blamed for that.
-  ModuleSpec spatial{"BatchNorm1d", bn.source,
-                     {{"weight", {1}, {1}}, {"bias", {1}, {}}, {"running_mean", {1}, {}, true}, {"running_var", {1}, {1}, true}},
-                     {}};
+  const ModuleSpec spatial = traced_batchnorm(1);
   Workspace n("traced_bn_nan");
   n.inputs(9, 3, [](uint64_t i, uint64_t j) { return i == 1 && j == 0 ? std::nanf("") : 0.25f * static_cast<float>(i + j); })
       .float_targets(zeros(9))
@@ -646,12 +637,7 @@ TEST(ScanE2E, StdoutHoldsOnlyTheReportAndAnyNameWorks) {
 // An earlier NaN batch poisons BatchNorm's running statistics; the probe runs on the model
 // as loaded from its file, so it does not report them as its own ("running_var became NaN").
 TEST(ScanE2E, ProbesStartFromTheModelAsSaved) {
-  ModuleSpec bn{"BatchNorm1d",
-                "def forward(self, x):\n"
-                "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-                "                            self.training, 0.1, 1e-5, False)\n",
-                {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}, true}, {"running_var", {3}, {1, 1, 1}, true}},
-                {}};
+  const ModuleSpec bn = traced_batchnorm(3);
   Workspace s("probe-fresh");
   // [N, 3, 4]: four values per channel even in a batch of one, so BatchNorm is fine there.
   s.inputs(8, 12, [](uint64_t i, uint64_t j) { return i == 5 && j == 0 ? NAN : 0.1f * static_cast<float>(i + j); });

@@ -75,19 +75,12 @@ TEST(Jobs, EveryFindingScenarioReportsAsOneJob) {
   // NaN inputs in the first batch turn the statistics NaN; the tail of 1 (3 values per channel)
   // cannot: it is judged on its own, whether or not its job ran the first batch.
   // Traced BatchNorm: the ATen op, without the check that raises on one value per channel.
-  ModuleSpec traced_bn{"BatchNorm1d",
-                       "def forward(self, x):\n"
-                       "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-                       "                            self.training, 0.1, 1e-5, False)\n",
-                       {{"weight", {3}, {1, 1, 1}}, {"bias", {3}, {}}, {"running_mean", {3}, {}, true}, {"running_var", {3}, {1, 1, 1}, true}},
-                       {}};
+  const ModuleSpec traced_bn = traced_batchnorm(3);
   Workspace bn_nan("jobs-bn-nan");
   bn_nan.inputs(9, 3, [](uint64_t i, uint64_t j) { return i == 1 && j == 0 ? std::nanf("") : 0.25f * static_cast<float>(i + j); })
       .float_targets(zeros(9))
       .model("def forward(self, x):\n    return self.bn.forward(x.view(x.size(0), 1, 3)).sum(2)\n", {},
-             {{"bn", ModuleSpec{"BatchNorm1d", traced_bn.source,
-                                {{"weight", {1}, {1}}, {"bias", {1}, {}}, {"running_mean", {1}, {}, true}, {"running_var", {1}, {1}, true}},
-                                {}}}})
+             {{"bn", traced_batchnorm(1)}})
       .checks(R"({"probe_batch_sizes": []})");
   cases.push_back({"NaN inputs, then a BatchNorm tail", bn_nan.write_config(), ""});
   // Two batches of one in a recorded order: each is judged on its own, whichever job ran the other.

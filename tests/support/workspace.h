@@ -17,6 +17,19 @@ namespace batchcheck::test_util {
 
 using Json = nlohmann::json;
 
+// What torch.jit.trace records for nn.BatchNorm1d(channels): the ATen op, without the Python
+// check that raises on one value per channel (running statistics as buffers).
+inline ModuleSpec traced_batchnorm(int64_t channels) {
+  const std::vector<int64_t> shape{channels};
+  const std::vector<float> ones(static_cast<std::size_t>(channels), 1.0f);
+  return {"BatchNorm1d",
+          "def forward(self, x):\n"
+          "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+          "                            self.training, 0.1, 1e-5, False)\n",
+          {{"weight", shape, ones}, {"bias", shape, {}}, {"running_mean", shape, {}, true}, {"running_var", shape, ones, true}},
+          {}};
+}
+
 struct ScanRun {
   int code = -1;
   Json report;

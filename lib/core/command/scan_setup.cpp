@@ -114,11 +114,29 @@ std::vector<RunFile> scan_inputs(const std::string& config_path, const Config& c
   return in;
 }
 
+namespace {
+
+// The views written to files, in one table: the outputs guard, the writability check and the
+// delivery all read it.
+struct FileView {
+  const char* flag;
+  std::optional<std::string> ViewTargets::*path;
+  std::string (*render)(const nlohmann::ordered_json& report);
+};
+std::string markdown_file(const nlohmann::ordered_json& report) { return markdown_view(report); }
+constexpr FileView kFileViews[] = {
+    {"--junit", &ViewTargets::junit, junit_view},
+    {"--markdown", &ViewTargets::markdown, markdown_file},
+    {"--html", &ViewTargets::html, html_view},
+};
+
+}  // namespace
+
 std::vector<RunFile> view_outputs(const ViewTargets& v) {
   std::vector<RunFile> out;
-  if (v.junit) out.push_back({*v.junit, "--junit"});
-  if (v.markdown) out.push_back({*v.markdown, "--markdown"});
-  if (v.html) out.push_back({*v.html, "--html"});
+  for (const FileView& f : kFileViews) {
+    if (v.*f.path) out.push_back({*(v.*f.path), f.flag});
+  }
   if (v.github && v.github_summary && !v.github_summary->empty()) out.push_back({*v.github_summary, "$GITHUB_STEP_SUMMARY"});
   return out;
 }
@@ -197,7 +215,7 @@ Config prepare_scan_config(const ScanCommand& cmd) {
   const bool to_file = cmd.output_path && *cmd.output_path != "-";
   if (cmd.shard && !cmd.shard->job()) {
     if (!to_file) throw InputError("", "--shard", "a shard writes a partial report: give -o PART.json ({shard} in the path becomes the shard's index)");
-    if (cmd.views.junit || cmd.views.markdown || cmd.views.html) {
+    if (cmd.views.any_file()) {
       throw InputError("", "--shard", "a shard writes only its part: write the views from the merged report (batchcheck merge PART... --junit FILE)");
     }
     check_writable(shard_output_path(*cmd.output_path, *cmd.shard));
@@ -264,15 +282,15 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
 }
 
 void check_view_targets(const ViewTargets& v) {
-  if (v.junit) check_writable(*v.junit);
-  if (v.markdown) check_writable(*v.markdown);
-  if (v.html) check_writable(*v.html);
+  for (const FileView& f : kFileViews) {
+    if (v.*f.path) check_writable(*(v.*f.path));
+  }
 }
 
 void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, std::ostream& err) {
-  if (v.junit) write_file_atomically(*v.junit, junit_view(report));
-  if (v.markdown) write_file_atomically(*v.markdown, markdown_view(report));
-  if (v.html) write_file_atomically(*v.html, html_view(report));
+  for (const FileView& f : kFileViews) {
+    if (v.*f.path) write_file_atomically(*(v.*f.path), f.render(report));
+  }
   if (!v.github) return;
   for (const auto& line : github_commands(report)) err << line << "\n";
   if (!v.github_summary || v.github_summary->empty()) return;

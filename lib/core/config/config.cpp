@@ -400,7 +400,9 @@ void check_config_size(const std::string& display_path, uint64_t bytes) {
 
 Config parse_config(const std::string& display_path, const std::string& text, const std::string& base_dir) {
   check_config_size(display_path, text.size());
-  return config_from_json(display_path, parse_json_text(display_path, text), base_dir);
+  Config cfg = config_from_json(display_path, parse_json_text(display_path, text), base_dir);
+  cfg.text = text;
+  return cfg;
 }
 
 Config load_config(const std::string& path) {
@@ -411,7 +413,9 @@ Config load_config(const std::string& path) {
   if (!ec) check_config_size(path, size);
   const std::string text = read_text_file(path, path);
   check_config_size(path, text.size());
-  return config_from_json(path, parse_json_text(path, text), fs::path(path).parent_path().string());
+  Config cfg = config_from_json(path, parse_json_text(path, text), fs::path(path).parent_path().string());
+  cfg.text = text;
+  return cfg;
 }
 
 }  // namespace batchcheck

@@ -184,6 +184,7 @@ struct ChecksConfig {
 
 struct Config {
   std::string file;  // as the user named it
+  std::string text;  // its bytes as parsed (a shard's part carries them: read once, never again)
   ModelConfig model;
   DataConfig data;
   LoaderConfig loader;

@@ -115,12 +115,6 @@ std::string file_hash(const std::string& path, uint64_t whole) {
   return f.hex();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-
 }  // namespace
 
 Shard resolve_shard(const std::string& value, const EnvFn& env) {
@@ -188,11 +182,10 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start, cons
   json j;
   j["batchcheck_partial"] = kPartialVersion;
   j["shard"] = {{"index", shard.index}, {"count", shard.count}, {"source", shard.source}};
-  const std::string text = read_text(cfg.file);
-  j["identity"] = scan_identity(text, {cfg.model.path}, data);
+  j["identity"] = scan_identity(cfg.text, {cfg.model.path}, data);
   j["config"] = {{"file", cfg.file},
                  {"dir", std::filesystem::path(cfg.file).parent_path().string()},
-                 {"text", text},
+                 {"text", cfg.text},
                  {"mode", to_string(cfg.model.mode)}};
   j["complete"] = end.complete;
   j["device_lost"] = end.device_lost;

@@ -17,6 +17,7 @@ struct ViewTargets {
   std::optional<std::string> junit, markdown, html;  // --junit, --markdown, --html FILE: written atomically
   bool github = false;                          // --github, or GITHUB_ACTIONS=true: workflow commands on stderr
   std::optional<std::string> github_summary;    // $GITHUB_STEP_SUMMARY with github: the markdown appended
+  bool any_file() const { return junit || markdown || html; }
 };
 
 struct ScanCommand {
