@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "cli.h"
+#include "core/base/sanitizer.h"
 #include "support/test_helpers.h"
 #include "support/workspace.h"
 
 using namespace batchcheck;
 using namespace batchcheck::test_util;
-using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -320,7 +320,7 @@ TEST(Hostile, MergeNeverEchoesAFileItsPartsName) {
 // A batch whose forward asks for more memory than there is: a finding for that batch, with the
 // bytes asked; the other batches are checked.
 TEST(Hostile, AnAllocationABatchCannotGetIsAFindingForThatBatch) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BATCHCHECK_ASAN
   GTEST_SKIP() << "AddressSanitizer aborts on an allocation this large instead of failing it";
 #else
   Workspace w("hostile_oom");
@@ -344,7 +344,7 @@ TEST(Hostile, AnAllocationABatchCannotGetIsAFindingForThatBatch) {
 // A prediction expanded to 2^40 elements (a view: no memory until something reads it whole):
 // reading it for the checks cannot get 4 TiB, which is a finding for that batch, not a crash.
 TEST(Hostile, AHugeExpandedPredictionIsAFindingNotACrash) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BATCHCHECK_ASAN
   GTEST_SKIP() << "AddressSanitizer aborts on an allocation this large instead of failing it";
 #else
   Workspace w("hostile_expand");

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "core/base/sanitizer.h"
 #include "support/test_helpers.h"
 #include "support/workspace.h"
 
@@ -20,17 +21,7 @@ using namespace batchcheck::test_util;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+constexpr bool kAsan = BATCHCHECK_ASAN;
 
 const std::string kBin = BATCHCHECK_BINARY_DIR "/app/batchcheck";
 

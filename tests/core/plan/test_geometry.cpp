@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/base/errors.h"
+#include "core/base/sanitizer.h"
 #include "core/plan/geometry.h"
 
 using namespace batchcheck;
@@ -161,7 +162,7 @@ TEST(Geometry, DatasetSizeForATailSaturatesInsteadOfWrapping) {
 }
 
 TEST(BatchPlan, ABatchWhoseIndicesCannotBeAllocatedIsAnInputError) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BATCHCHECK_ASAN
   GTEST_SKIP() << "AddressSanitizer aborts on an allocation this large instead of failing it";
 #endif
   // A batch of 2^59 one-byte samples: 512 PiB of data, and first 4 EiB of int64 indices.
