@@ -613,7 +613,7 @@ TEST(ScanE2E, StdoutHoldsOnlyTheReportAndAnyNameWorks) {
   const std::string bin = "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 " BATCHCHECK_BINARY_DIR "/app/batchcheck";
   auto r = run_command(bin + " scan " + s.file("cfg.json") + " -q 2>/dev/null");
   EXPECT_EQ(r.status, 0);
-  EXPECT_NO_THROW(static_cast<void>(Json::parse(r.output))) << "the model's print() went to stdout:\n" << r.output.substr(0, 200);
+  EXPECT_TRUE(Json::accept(r.output)) << "the model's print() went to stdout:\n" << r.output.substr(0, 200);
   auto e = run_command(bin + " scan " + s.file("cfg.json") + " -q -o /dev/null 2>&1");
   EXPECT_NE(e.output.find("hello from forward"), std::string::npos) << "the print goes to stderr";
 
