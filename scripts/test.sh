@@ -4,7 +4,8 @@
 #   2. Debian's libtorch-dev 1.13 under ASan (build-debian-asan/): the torch-free core and the
 #      parsers whole (core_tests, where memory bugs live), the engine's unit tests, and a small
 #      end-to-end subset through LibTorch 1.13;
-#   3. the fuzzers (ASan + UBSan), 10 s each.
+#   3. the fuzzers, 10 s each, built in the second tier's tree (its core carries UBSan and
+#      libFuzzer's coverage as well).
 # --full runs the release matrix instead of tiers 2-3: Debian's build plain with its whole
 # suite (build-debian/), the suite under ASan + UBSan (build-asan/), the fuzzers 45 s each.
 # BATCHCHECK_QUICK=1 runs tier 1 only (a fast local loop).
@@ -59,21 +60,22 @@ BATCHCHECK_TORCH=debian scripts/setup.sh
 
 if [[ $FULL == 0 ]]; then
   stage "tier 2: Debian's libtorch-dev $(torch_line /usr/bin/python3) under ASan, clang -O0 (build-debian-asan/)"
-  # clang with ASan alone at -O0 compiles in a fifth of g++ with ASan + UBSan at -O1 (UBSan is
-  # in the fuzzers' tree and in --full). engine_tests holds the end-to-end subset only
+  # clang with ASan alone at -O0 compiles in a fifth of g++ with ASan + UBSan at -O1; UBSan and
+  # libFuzzer's coverage go on the torch-free core and the image decoder only, whose fuzzers
+  # this tree builds too (tier 3). engine_tests holds the end-to-end subset only
   # (tests/CMakeLists.txt).
   CXX=$(command -v clang++ || echo c++) BATCHCHECK_TORCH=debian BUILD_DIR=build-debian-asan scripts/build.sh -DENABLE_SANITIZERS=ON \
-    -DBATCHCHECK_SANITIZE=address -DBATCHCHECK_E2E_SMOKE=ON -DBATCHCHECK_WERROR=ON -DBATCHCHECK_BUILD_TESTS=ON \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG"
+    -DBATCHCHECK_SANITIZE=address -DBATCHCHECK_E2E_SMOKE=ON -DBATCHCHECK_FUZZ_TARGETS=ON -DBATCHCHECK_WERROR=ON \
+    -DBATCHCHECK_BUILD_TESTS=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG"
   # Every unit test (core, parsers, the engine's tensor checks, the include layers) and the
   # end-to-end subset: the bundled cases and bad input files through the in-process engine, the
   # CLI and the supervised binary, hostile names, and PyTorch 1.13's own DataLoader as the
   # oracle of the batch order.
   (cd build-debian-asan && ctest --output-on-failure -j 2) | tee -a "$LOG"
   skips build-debian-asan
-  stage "tier 3: fuzzers (build-fuzz/)"
-  # Eight targets at 10 s each; scripts/fuzz.sh alone defaults to 45 s each.
-  FUZZ_SECONDS=${FUZZ_SECONDS:-10} scripts/fuzz.sh
+  stage "tier 3: fuzzers (built in build-debian-asan/)"
+  # Eight targets at 10 s each; scripts/fuzz.sh alone defaults to 45 s each, at -O2 (--full).
+  FUZZ_SECONDS=${FUZZ_SECONDS:-10} FUZZ_BUILD_DIR=build-debian-asan scripts/fuzz.sh
   stage "done"
   summary
   exit 0
