@@ -7,6 +7,8 @@
 // loss, loss.backward(), gradients cleared (what a training step does minus the optimizer).
 // --part K/N runs every N-th batch from the K-th: N of them side by side are the ideal N
 // replicas, which `scan --jobs N` is measured against.
+// --batches N stops after the first N batches: with the whole run, the fixed cost (start-up,
+// model load) apart from the marginal cost of a batch.
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
@@ -50,16 +52,17 @@ at::Tensor read_batch(const NpyFile& f, const std::vector<int64_t>& idx, at::Sca
 
 int main(int argc, char** argv) {
   bool tuned = false, backward = false;
-  uint64_t part = 0, parts = 1;
+  uint64_t part = 0, parts = 1, max_batches = UINT64_MAX;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--tuned") tuned = true;
     else if (a == "--backward") backward = true;
+    else if (a == "--batches" && i + 1 < argc && std::sscanf(argv[i + 1], "%" SCNu64, &max_batches) == 1) ++i;
     else if (a == "--part" && i + 1 < argc && std::sscanf(argv[i + 1], "%" SCNu64 "/%" SCNu64, &part, &parts) == 2 && part < parts) ++i;
     else argc = 0;
   }
   if (argc < 2) {
-    std::cerr << "usage: bench_bare_loop CONFIG.json [--tuned] [--backward] [--part K/N]\n";
+    std::cerr << "usage: bench_bare_loop CONFIG.json [--tuned] [--backward] [--part K/N] [--batches N]\n";
     return 2;
   }
   if (tuned) tune_allocator_for_batches();
@@ -75,7 +78,8 @@ int main(int argc, char** argv) {
   at::AutoGradMode grad(backward);
   BatchPlan plan(compute_geometry(loader_spec(cfg.loader, inputs.samples())), {});
   double checksum = 0;
-  for (uint64_t b = part; b < plan.geometry().batches_per_rank; b += parts) {
+  const uint64_t batches = std::min<uint64_t>(plan.geometry().batches_per_rank, max_batches);
+  for (uint64_t b = part; b < batches; b += parts) {
     std::vector<int64_t> idx = plan.batch_indices(0, b);
     at::Tensor x = read_batch(inputs, idx, at::kFloat);
     at::Tensor y = module.forward({x}).toTensor();

@@ -81,7 +81,9 @@ def main():
         rows.update(measure_together(cmds, args.runs))
     p2 = os.path.join(args.data, "p2", "config.json")
     rows.update(measure_together({("p2", "scan --edges"): [scan, "scan", p2, "-q", "--edges"],
-                                  ("p2", "scan 1 batch"): [scan, "scan", p2, "-q", "--max-batches", "1"]}, args.runs))
+                                  ("p2", "scan 1 batch"): [scan, "scan", p2, "-q", "--max-batches", "1"],
+                                  ("p2", "scan --no-bwd 1 batch"): [scan, "scan", p2, "-q", "--no-backward", "--max-batches", "1"],
+                                  ("p2", "bare --tuned 1 batch"): [bare, p2, "--tuned", "--batches", "1"]}, args.runs))
     # python_replay.py is forward-only: compare it with the forward-only scan.
     rows.update(measure_together({("p2x4", "scan"): [scan, "scan", os.path.join(args.data, "p2x4", "config.json"), "-q"]},
                                  max(1, args.runs // 2)))
@@ -92,6 +94,16 @@ def main():
     for (w, prog), (wall, cpu, mb) in rows.items():
         print(f"{w:10} {prog:18} {wall:8.3f} {cpu:8.3f} {mb:8.1f}")
 
+    # Issue 30: the forward-only scan of P2 against its floor, and where the difference goes:
+    # the fixed cost (a run of one batch: start-up, model load, for the scan also the supervisor,
+    # the engine child and the probe) apart from the marginal cost of each further batch.
+    p2_batches = 188
+    fixed = {k: rows[("p2", k + " 1 batch")][0] for k in ("scan --no-bwd", "bare --tuned")}
+    whole = {"scan --no-bwd": rows[("p2", "scan --no-backward")][0], "bare --tuned": rows[("p2", "bare --tuned")][0]}
+    print("\np2 forward-only, fixed and marginal cost (wall):")
+    for k in fixed:
+        per = (whole[k] - fixed[k]) / (p2_batches - 1)
+        print(f"  {k:14} fixed {fixed[k] - per:6.3f} s   per batch {per * 1000:6.2f} ms   whole {whole[k]:6.3f} s")
     print("\ntargets (issue 5):")
     ok_all = True
 
@@ -113,6 +125,7 @@ def main():
     if not args.no_python:
         target("p1 scan --no-backward / python replay (wall)", rows[("p1", "scan --no-backward")][0] / rows[("p1", "python")][0], 0.45)
         target("p2 scan --no-backward / python replay (wall)", rows[("p2", "scan --no-backward")][0] / rows[("p2", "python")][0], 0.85)
+    target("p2 scan --no-backward / bare loop --tuned (wall), issue 30", whole["scan --no-bwd"] / whole["bare --tuned"], 1.15)
     # --edges (first + last batch + the default probe) against start-up plus three batches:
     # "scan 1 batch" is start-up + one batch + the probe; a batch costs (full - that) / 187.
     one = rows[("p2", "scan 1 batch")][0]

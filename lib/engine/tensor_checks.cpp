@@ -47,6 +47,22 @@ ValueStats check_tensor(const at::Tensor& t, const ValueRule& rule) {
 
 namespace {
 
+// binary_cross_entropy without autograd on the CPU, in LibTorch's vectorized ops: its own CPU
+// kernel calls scalar log and log1p per element, which on a forward-only scan of 64x64 masks
+// cost more than the forward. The same formula, -(y * max(log x, -100) + (1 - y) * max(log1p(-x),
+// -100)), equal to LibTorch's within float rounding. Not for gradients (LibTorch's backward
+// clamps differently) or weights; an undefined tensor when it does not apply.
+at::Tensor fast_bce(const at::Tensor& x, const at::Tensor& y, const LossConfig& loss) {
+  if (at::GradMode::is_enabled() || !loss.weight.empty() || loss.reduction == Reduction::None || !x.is_cpu() ||
+      !y.is_cpu() || !at::isFloatingType(x.scalar_type()) || x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes()) {
+    return {};
+  }
+  at::Tensor a = at::log(x).clamp_min_(-100);
+  at::Tensor b = at::log1p(at::neg(x)).clamp_min_(-100);
+  b.add_(y * (a - b));  // y * a + (1 - y) * b
+  return loss.reduction == Reduction::Mean ? b.mean().neg_() : b.sum().neg_();
+}
+
 at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const LossConfig& loss) {
   int64_t red = loss.reduction == Reduction::Mean  ? at::Reduction::Mean
                 : loss.reduction == Reduction::Sum ? at::Reduction::Sum
@@ -55,7 +71,13 @@ at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const Loss
   c10::optional<at::Tensor> weight;
   if (!loss.weight.empty()) weight = at::tensor(loss.weight, at::kDouble).to(opts);
   switch (loss.type) {
-    case LossType::Bce: return at::binary_cross_entropy(out, tgt, weight, red);
+    case LossType::Bce: {
+      // A prediction outside [0, 1] (or NaN) makes the fast form non-finite where LibTorch's
+      // raises or says otherwise: LibTorch's own then decides.
+      at::Tensor fast = fast_bce(out, tgt, loss);
+      if (fast.defined() && std::isfinite(fast.item<double>())) return fast;
+      return at::binary_cross_entropy(out, tgt, weight, red);
+    }
     case LossType::BceWithLogits: {
       c10::optional<at::Tensor> pos;
       if (!loss.pos_weight.empty()) pos = at::tensor(loss.pos_weight, at::kDouble).to(opts);

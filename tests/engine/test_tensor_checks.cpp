@@ -103,3 +103,36 @@ TEST(TensorChecks, TheLossIsTheSameReadInPlaceOrCopied) {
   EXPECT_DOUBLE_EQ(k.value, 5.0);
   EXPECT_TRUE(kept.requires_grad()) << "kept for backward()";
 }
+
+// A forward-only BCE runs in LibTorch's vectorized ops, not its scalar kernel: the same value
+// within float rounding, on saturated predictions too (the -100 clamp), and LibTorch's own
+// error for a prediction outside [0, 1].
+TEST(TensorChecks, ForwardOnlyBceIsLibTorchsWithinRounding) {
+  const c10::Device cpu(c10::kCPU);
+  at::manual_seed(3);
+  at::Tensor x = at::rand({8, 1, 16, 16});
+  x.view(-1).index_put_({0}, 0.0f);
+  x.view(-1).index_put_({1}, 1.0f);
+  const at::Tensor y = at::rand({8, 1, 16, 16}).gt(0.5).to(at::kFloat);
+  for (Reduction red : {Reduction::Mean, Reduction::Sum}) {
+    LossConfig bce;
+    bce.type = LossType::Bce;
+    bce.reduction = red;
+    const LossResult fast = run_loss(x, y, bce, cpu, false);
+    ASSERT_TRUE(fast.ok) << fast.error;
+    const double ref =
+        at::binary_cross_entropy(x, y, {}, red == Reduction::Mean ? at::Reduction::Mean : at::Reduction::Sum).item<double>();
+    EXPECT_NEAR(fast.value, ref, 1e-6 * std::abs(ref));
+    EXPECT_EQ(fast.nonfinite, 0u);
+    // With autograd (a training-mode scan keeps the loss for backward) it is LibTorch's kernel.
+    at::Tensor kept;
+    const LossResult bwd = run_loss(x.clone().requires_grad_(), y, bce, cpu, false, &kept);
+    EXPECT_NEAR(bwd.value, ref, 1e-6 * std::abs(ref));
+    EXPECT_TRUE(kept.requires_grad());
+  }
+  LossConfig bce;
+  bce.type = LossType::Bce;
+  const LossResult bad = run_loss(at::tensor({0.5f, 1.5f}), at::tensor({0.0f, 1.0f}), bce, cpu, false);
+  EXPECT_FALSE(bad.ok);
+  EXPECT_NE(bad.error.find("between 0 and 1"), std::string::npos) << bad.error;
+}
