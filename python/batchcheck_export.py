@@ -27,6 +27,7 @@ batch is built both ways and must agree, else export_scan raises. Needs torch an
 """
 import json
 import os
+import random
 import shutil
 import sys
 import warnings
@@ -366,24 +367,71 @@ def _pad_batch(samples, pad, input_key, target_key):
     return x, y
 
 
-def _rng_states(loader):
-    states = [("global", torch.get_rng_state())]
-    gens = {id(g): g for g in (loader.generator, getattr(loader.sampler, "generator", None),
-                               getattr(getattr(loader.batch_sampler, "sampler", None), "generator", None)) if g is not None}
-    return states, [(g, g.get_state()) for g in gens.values()]
+def _reachable_rngs(loader):
+    """Every RNG the loader's sampling can draw from: torch Generators, random.Random and numpy
+    Generator/RandomState objects held by the loader, its sampler, its batch sampler and
+    whatever those hold (a bucketing batch sampler's own self.generator, nested samplers, lists
+    of them). The dataset is not read while recording, so its RNGs are not walked."""
+    seen, found = set(), []
+
+    def visit(obj, depth):
+        if obj is None or depth > 6 or id(obj) in seen or isinstance(obj, (int, float, str, bytes, Dataset)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (torch.Generator, random.Random, np.random.Generator, np.random.RandomState)):
+            found.append(obj)
+        elif isinstance(obj, (list, tuple, set)):
+            for x in list(obj)[:10000]:  # a list of buckets is ints: skipped above
+                visit(x, depth + 1)
+        elif isinstance(obj, dict):
+            for x in list(obj.values())[:10000]:
+                visit(x, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.Tensor, np.ndarray)):
+            for x in vars(obj).values():
+                visit(x, depth + 1)
+
+    for root in (loader.generator, loader.sampler, loader.batch_sampler):
+        visit(root, 0)
+    return found
+
+
+def _get_rng_state(g):
+    if isinstance(g, torch.Generator):
+        return g.get_state()
+    if isinstance(g, random.Random):
+        return g.getstate()
+    if isinstance(g, np.random.Generator):
+        return g.bit_generator.state
+    return g.get_state()
+
+
+def _set_rng_state(g, state):
+    if isinstance(g, torch.Generator):
+        g.set_state(state)
+    elif isinstance(g, random.Random):
+        g.setstate(state)
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = state
+    else:
+        g.set_state(state)
 
 
 def _record_order(loader, n):
     """The batches the loader's next epoch delivers, recorded through a loader over indices
-    that shares its batch sampler and generator; every RNG state is restored afterwards."""
-    global_state, gen_states = _rng_states(loader)
+    that shares its batch sampler and generator; every RNG state is restored afterwards: the
+    global torch, Python and numpy ones and every one the loader can reach (_reachable_rngs),
+    so the epoch training then runs is the one recorded."""
+    global_states = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    held = [(g, _get_rng_state(g)) for g in _reachable_rngs(loader)]
     try:
         probe = DataLoader(_Indices(n), batch_sampler=loader.batch_sampler, generator=loader.generator)
         return [b.tolist() for b in probe]
     finally:
-        torch.set_rng_state(global_state[0][1])
-        for g, s in gen_states:
-            g.set_state(s)
+        torch.set_rng_state(global_states[0])
+        random.setstate(global_states[1])
+        np.random.set_state(global_states[2])
+        for g, state in held:
+            _set_rng_state(g, state)
 
 
 def _plain_sequential(loader):

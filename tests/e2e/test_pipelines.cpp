@@ -164,6 +164,8 @@ TEST_F(Pipelines, TheExportHelperWritesScansThatFailWhereTheLoopFails) {
       {"export-weighted", "forward", "target-out-of-range"},
       {"export-shuffled", "forward", "target-out-of-range"},
       {"export-traced", "forward", "target-out-of-range"},
+      {"export-bucket-generator", "forward", "target-out-of-range"},
+      {"export-bucket-pyrandom", "forward", "target-out-of-range"},
       {"export-fixed-clean", "forward", ""}};
   for (const auto& [name, stage, id] : cases) {
     SCOPED_TRACE(name);

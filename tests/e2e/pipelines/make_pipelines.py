@@ -8,6 +8,7 @@ training loop does on the same data: which batches raise, and what.
 """
 import json
 import os
+import random
 import sys
 from typing import Dict, Tuple
 
@@ -138,6 +139,36 @@ class Indices(Dataset):
 
     def __getitem__(self, i):
         return i
+
+
+class ShuffledBuckets:
+    """A bucketing batch sampler that shuffles its buckets every epoch with its own
+    self.generator, as length-bucketing samplers do: the loader knows nothing of it."""
+
+    def __init__(self, n, size, seed):
+        self.buckets = [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self):
+        for k in torch.randperm(len(self.buckets), generator=self.generator).tolist():
+            yield self.buckets[k]
+
+    def __len__(self):
+        return len(self.buckets)
+
+
+class PyRandomBuckets(ShuffledBuckets):
+    """The same with Python's random.Random held by the sampler."""
+
+    def __init__(self, n, size, seed):
+        super().__init__(n, size, seed)
+        self.rng = random.Random(seed)
+
+    def __iter__(self):
+        order = list(range(len(self.buckets)))
+        self.rng.shuffle(order)
+        for k in order:
+            yield self.buckets[k]
 
 
 def record(loader_for):
@@ -581,6 +612,10 @@ def main():
                                            sampler=WeightedRandomSampler(weights, num_samples=48, replacement=True)))
     torch.manual_seed(7)
     exported("export-shuffled", DataLoader(fds, batch_size=BATCH, shuffle=True))
+    # Batch samplers with RNGs of their own: recording must not move them, or the epoch the
+    # loop then sees is the next one (the right samples named at the wrong batch).
+    exported("export-bucket-generator", DataLoader(fds, batch_sampler=ShuffledBuckets(len(fds), BATCH, 11)))
+    exported("export-bucket-pyrandom", DataLoader(fds, batch_sampler=PyRandomBuckets(len(fds), BATCH, 12)))
     exported("export-fixed-clean", DataLoader(Samples(fxs, torch.arange(40) % CLASSES), batch_size=BATCH, drop_last=True))
 
     # A model TorchScript cannot compile (*args): the helper traces it, and says what that means.
