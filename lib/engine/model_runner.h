@@ -33,6 +33,11 @@ class ModelRunner {
   virtual void reset() = 0;
   // BatchNorm modules whose running statistics are no longer finite.
   virtual std::vector<std::string> nonfinite_batchnorm_stats() = 0;
+  // Backend::frozen_batchnorm_single_value on these inputs (autograd off, buffers untouched:
+  // a frozen BatchNorm updates none); empty where the format keeps no graph.
+  virtual std::vector<BatchNormSite> frozen_batchnorm_single_value(const std::vector<c10::IValue>& /*inputs*/) {
+    return {};
+  }
   // Forward once more through an instrumented copy of the model (engine/localize.h), with
   // autograd off; nullopt where the format keeps no graph to instrument (an AOTInductor
   // package). `prediction` selects the prediction from forward's value. Throws what the

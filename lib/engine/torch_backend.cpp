@@ -290,6 +290,9 @@ class TorchBackend : public Backend {
   std::string device() const override { return device_.str(); }
 
   std::vector<std::string> nonfinite_batchnorm_stats() override { return model_->nonfinite_batchnorm_stats(); }
+  std::vector<BatchNormSite> frozen_batchnorm_single_value() override {
+    return model_->frozen_batchnorm_single_value(forward_args());
+  }
 
  private:
   void clear_gradients() {

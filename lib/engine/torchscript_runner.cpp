@@ -14,6 +14,7 @@
 #include "core/base/files.h"
 #include "core/base/text.h"
 #include "core/parse/file_kind.h"
+#include "engine/frozen_batchnorm.h"
 #include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"
@@ -64,14 +65,19 @@ class TorchScriptRunner : public ModelRunner {
                                        const std::function<at::Tensor(const c10::IValue&)>& prediction) override {
     torch::jit::Method method = module_.get_method("forward");
     if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(torch::jit::toGraphFunction(method.function()).graph());
-    // The interpreter takes [self, args...] with defaults filled in, as Method() would pass them.
-    auto [args, kwargs] = call_args(inputs);
-    std::vector<c10::IValue> stack{module_._ivalue()};
-    stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
-    method.function().getSchema().checkAndNormalizeInputs(stack, kwargs);
     at::NoGradGuard no_grad;
-    c10::IValue out = localizer_->run(std::move(stack), req);
+    c10::IValue out = localizer_->run(interpreter_stack(method, inputs), req);
     return localizer_->result(prediction(out), req);
+  }
+
+  std::vector<BatchNormSite> frozen_batchnorm_single_value(const std::vector<c10::IValue>& inputs) override {
+    if (info_.frozen_eval.batch_norm == 0) return {};
+    torch::jit::Method method = module_.get_method("forward");
+    if (!frozen_batchnorm_) {
+      frozen_batchnorm_ = std::make_unique<FrozenBatchNormCheck>(torch::jit::toGraphFunction(method.function()).graph());
+    }
+    at::NoGradGuard no_grad;
+    return frozen_batchnorm_->run(interpreter_stack(method, inputs));
   }
 
   // How forward takes the batch's fields: positionally, by name, or as one dict (a record).
@@ -263,6 +269,16 @@ class TorchScriptRunner : public ModelRunner {
     }
   }
 
+  // What the interpreter takes for an instrumented copy of forward: [self, args...] with the
+  // defaults filled in, as Method() would pass them.
+  std::vector<c10::IValue> interpreter_stack(const torch::jit::Method& method, const std::vector<c10::IValue>& inputs) {
+    auto [args, kwargs] = call_args(inputs);
+    std::vector<c10::IValue> stack{module_._ivalue()};
+    stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    method.function().getSchema().checkAndNormalizeInputs(stack, kwargs);
+    return stack;
+  }
+
   // Training-mode flags that tracing turned into constants: aten::batch_norm's `training`
   // and aten::dropout's `train` are graph inputs in a scripted module (self.training), but
   // literals in a traced one.
@@ -308,6 +324,7 @@ class TorchScriptRunner : public ModelRunner {
   std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
   std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
   std::unique_ptr<ForwardLocalizer> localizer_;  // built on the first batch to localize
+  std::unique_ptr<FrozenBatchNormCheck> frozen_batchnorm_;  // built on the first batch of one
 };
 
 }  // namespace

@@ -56,7 +56,7 @@ std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) 
 }
 
 void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
-  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries"});
+  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries", "trains_exported"});
   parse_inputs(m, out);
   if (const json* libs = m.find("libraries")) {
     if (!libs->is_array()) m.fail("libraries", "expected an array of shared library paths (.so), got " + describe_json(*libs));
@@ -81,6 +81,11 @@ void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out)
   if (out.format == ModelFormat::Pt2) {
     if (mode == "train") m.fail("mode", std::string(kPt2NoTrain));
     out.mode = Mode::Eval;
+  }
+  out.trains_exported = m.boolean("trains_exported").value_or(false);
+  if (out.trains_exported && out.format != ModelFormat::Pt2) {
+    m.fail("trains_exported", "only a .pt2 program can be the one training runs; a TorchScript archive is always checked "
+                              "as the model you train");
   }
   if (const json* o = m.find("output")) {
     if (o->is_string()) {

@@ -61,6 +61,10 @@ struct ModelConfig {
   Mode mode = Mode::Train;  // a .pt2 program runs as exported: eval, and train is refused
   // Which element of a tuple/list (index) or dict (key) is the prediction.
   std::optional<std::variant<int64_t, std::string>> output;
+  // model.trains_exported (.pt2 only): the training loop runs this program itself, so a batch
+  // it refuses stops training; by default the program stands in for the eager model it was
+  // exported from, which takes a batch of one torch.export's specialization refuses.
+  bool trains_exported = false;
 };
 
 // data.transform for an image folder: torchvision's Resize, CenterCrop, ToTensor, Normalize,

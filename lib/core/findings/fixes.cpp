@@ -279,6 +279,8 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "with torch.autograd.detect_anomaly(): loss.backward()",
                        "slow: for debugging only", {}});
     f.fixes.push_back(reproduce(f, c, true, true));
+  } else if (id == "export-batch-specialized") {
+    maybe_tail();  // the tail of one is what the program refuses: no re-export accepts it
   } else if (id == "export-shape-guard") {
     const auto& guard = f.evidence.value("guard", nlohmann::ordered_json::object());
     const int64_t dim = guard.value("dim", int64_t{0});

@@ -42,6 +42,12 @@ struct FrozenModeOps {
   uint64_t total() const { return batch_norm + dropout; }
 };
 
+// A BatchNorm op and the shape of what it normalized.
+struct BatchNormSite {
+  std::string module;  // its module path ("layer4.1.bn2")
+  std::vector<int64_t> input_shape;
+};
+
 struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
   std::string format = "torchscript";          // "torchscript" or "pt2" (an AOTInductor package)
@@ -170,6 +176,10 @@ class Backend {
   // train mode). A traced model runs BatchNorm on one value per channel without the
   // Python check that raises, and its running_var silently turns NaN.
   virtual std::vector<std::string> nonfinite_batchnorm_stats() { return {}; }
+  // BatchNorm ops an eval-mode trace froze (training=False) that saw one value per channel in
+  // the current batch's forward, in the order they ran: the user's eager model in train mode
+  // raises at the first. Runs the batch again, instrumented; empty when there are none.
+  virtual std::vector<BatchNormSite> frozen_batchnorm_single_value() { return {}; }
   // The current batch's forward again, instrumented: where its bad value came from.
   virtual std::optional<Localization> localize(const LocalizeRequest& /*req*/) { return std::nullopt; }
   // The current batch's prediction and target, usable from another thread; nullptr when

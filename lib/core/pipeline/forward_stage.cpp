@@ -22,7 +22,13 @@ Emitted out_of_memory_finding(const std::string& what, const std::string& error,
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx) {
   const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
   const uint64_t n = ctx.batch_size;
-  std::string id = guard ? "export-shape-guard" : classify_forward_error(fwd.error, n, ctx.largest_ok_batch);
+  // torch.export treats a dynamic dimension's sizes 0 and 1 as special and guards it to >= 2:
+  // the eager model it came from takes the batch of one the program refuses.
+  const bool specialized = guard && guard->kind == ExportGuard::Kind::TooSmall && guard->dim == 0 && guard->expected == 2 &&
+                           guard->got == 1 && n == 1 && !ctx.trains_exported;
+  std::string id = specialized ? "export-batch-specialized"
+                   : guard     ? "export-shape-guard"
+                               : classify_forward_error(fwd.error, n, ctx.largest_ok_batch);
   nlohmann::ordered_json ev = {{"error", fwd.error}};
   if (!fwd.location.empty()) ev["location"] = fwd.location;
   if (!fwd.source_line.empty()) ev["source_line"] = fwd.source_line;
@@ -42,7 +48,12 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
     ev["guard"] = {{"input", guard->input}, {"dim", guard->dim}, {"check", kinds[static_cast<int>(guard->kind)]},
                    {"expected", guard->expected}, {"got", guard->got}};
     // AOTInductor skips these checks unless AOTI_RUNTIME_CHECK_INPUTS is set (batchcheck sets it).
-    msg = describe_export_guard(*guard, n) +
+    msg = specialized
+              ? describe_export_guard(*guard, n) +
+                    ", so this batch was not checked; the eager model it was exported from trains on a batch of one, "
+                    "so this is about the exported program, not the training run (model.trains_exported: true when "
+                    "training runs this program itself)"
+              : describe_export_guard(*guard, n) +
           "; in training, AOTInductor runs its compiled code on this batch unchecked (the checks run only with "
           "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
   } else if (id == "cuda-device-assert") {
@@ -69,7 +80,7 @@ std::optional<Emitted> reclassify_forward_failure(const std::string& id, const n
                                                   uint64_t batch_size, uint64_t largest_ok_batch,
                                                   const std::vector<std::string>& batchnorm_modules) {
   // Only what forward_failure() made, and not the dtype's own message (its context is gone).
-  if (id == "export-shape-guard" || !evidence.contains("error") || evidence.contains("cause")) return std::nullopt;
+  if (id == "export-shape-guard" || id == "export-batch-specialized" || !evidence.contains("error") || evidence.contains("cause")) return std::nullopt;
   if (evidence.value("largest_ok_batch_size", uint64_t{0}) == largest_ok_batch) return std::nullopt;
   ForwardResult fwd;
   fwd.error = evidence.at("error").get<std::string>();

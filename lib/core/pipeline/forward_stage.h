@@ -17,13 +17,16 @@ struct ForwardFailureContext {
   uint64_t largest_ok_batch = 0;  // 0 when no forward has succeeded yet
   std::string input_dtype;        // empty when the input's meta is unknown
   std::vector<std::string> batchnorm_modules;
+  bool trains_exported = false;  // model.trains_exported
 };
 
 // batch-out-of-memory for an allocation that failed while `what` ran on a batch of n ("forward",
 // "the loss", "loss.backward()", "checking the prediction"), with the bytes it asked for.
 Emitted out_of_memory_finding(const std::string& what, const std::string& error, uint64_t n);
 
-// id "cuda-device-assert" means the device is lost: nothing after it can run.
+// id "cuda-device-assert" means the device is lost: nothing after it can run. A .pt2 program's
+// refusal of a batch of one that only torch.export's specialization of sizes 0 and 1 causes is
+// "export-batch-specialized" (about the program, a warning) unless training runs the program.
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
 
 // A forward failure classified again with the whole scan's largest successful batch, which a

@@ -80,7 +80,7 @@ const std::vector<FindingInfo> kCatalog = {
     {"batchnorm-single-value", Severity::Error, "forward",
      "BatchNorm saw one value per channel in train mode",
      "ValueError: Expected more than 1 value per channel when training; a traced model raises nothing and its "
-     "running_var turns NaN",
+     "running_var turns NaN (traced in eval mode: nothing changes, inferred from the shapes)",
      "a last batch of one sample; global pooling before a BatchNorm1d",
      "drop-last, batch-size-divisor, groupnorm-instead-of-batchnorm"},
     {"hardcoded-batch-size", Severity::Error, "forward",
@@ -141,6 +141,11 @@ const std::vector<FindingInfo> kCatalog = {
      "RuntimeError: Expected input at *args[0].shape[0] to be >= 2, but got 1",
      "a dynamic batch dimension exported with a minimum of 2; a static batch size",
      "drop-last, batch-size-divisor, re-export-dynamic-batch, re-export-dynamic-dim"},
+    {"export-batch-specialized", Severity::Warning, "forward",
+     "a .pt2 program refuses a batch of one that the eager model it was exported from takes",
+     "RuntimeError: Expected input at *args[0].shape[0] to be >= 2, but got 1 (only when training runs the program)",
+     "torch.export specializes a dynamic dimension's sizes 0 and 1, so a dynamic batch dimension starts at 2",
+     "drop-last, batch-size-divisor"},
     {"forward-crash", Severity::Error, "forward",
      "the engine process died while checking this batch",
      "the training process dies: SIGSEGV inside LibTorch or an extension, an abort, the OOM killer (SIGKILL)",
@@ -165,7 +170,8 @@ const std::vector<FindingInfo> kCatalog = {
      "earlier-checkpoint, clip-gradients"},
     {"trace-mode-mismatch", Severity::Warning, "model",
      "a traced archive has BatchNorm's or dropout's training flag frozen to the other mode than the scan's",
-     "nothing is raised: train-time failures (BatchNorm on one value per channel) cannot show",
+     "nothing is raised: what only train mode computes cannot show (BatchNorm on one value per channel is "
+     "still inferred from the shapes)",
      "torch.jit.trace after model.eval()",
      "trace-in-scan-mode, script-instead"},
 };

@@ -76,6 +76,7 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   const TensorMeta in = backend_.meta(Slot::Input);
   if (in.present) fc.input_dtype = in.dtype;
   fc.batchnorm_modules = model_.batchnorm_modules;
+  fc.trains_exported = cfg_.model.trains_exported;
   Emitted e = forward_failure(fwd, fc);
   if (e.id == "cuda-device-assert") device_lost_ = true;
   apply(ctx, {e});
@@ -251,6 +252,24 @@ void Replayer::localize(const BatchContext& ctx, const std::vector<Emitted>& emi
 }
 
 void Replayer::check_batchnorm_stats(const BatchContext& ctx) {
+  // A trace made in eval mode runs BatchNorm on its running statistics: nothing raises and
+  // nothing turns NaN here, but the user's eager model in train mode raises at this batch.
+  if (model_.frozen_eval.batch_norm > 0) {
+    const std::vector<BatchNormSite> sites = backend_.frozen_batchnorm_single_value();
+    if (!sites.empty()) {
+      std::vector<std::string> modules;
+      for (const auto& s : sites) modules.push_back(s.module);
+      const std::string shape = "[" + join_ints(sites.front().input_shape, ",") + "]";
+      record(ctx, "batchnorm-single-value", "forward",
+             "BatchNorm " + sites.front().module + " gets one value per channel (input " + shape +
+                 ") on this batch of 1 sample: in train mode PyTorch raises \"Expected more than 1 value per channel "
+                 "when training\" here, so training stops at this batch; the archive was traced in eval mode, which "
+                 "normalizes with the running statistics and hides it" +
+                 (sites.size() > 1 ? " (" + plural(sites.size() - 1, "more BatchNorm op", "more BatchNorm ops") + " too)" : ""),
+             {{"batchnorm_modules", modules}, {"input_shape", sites.front().input_shape}, {"traced_in", "eval"}}, {0}, 1);
+      return;
+    }
+  }
   // Only a batch of one can give BatchNorm a single value per channel; the statistics were
   // as loaded before it (see check_batch), so those NaN now are this batch's doing.
   std::vector<std::string> fresh;

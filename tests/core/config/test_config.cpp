@@ -355,6 +355,15 @@ TEST(Config, ModelInputsNameTheFields) {
             "batchcheck: error: cfg.json: model.inputs: a .pt2 program takes its inputs positionally: list the fields in forward's order");
   EXPECT_EQ(err(R"("model": {"path": "m.pt", "inputs": ["ids", "mask"]})", R"("data": {"path": "d.pt", "inputs": {"ids": "ids.npy"}})"),
             "batchcheck: error: cfg.json: data.inputs: an object of field -> file is for .npy files; a .pt file names its keys in model.inputs");
+  const std::string one_npy = R"("data": {"inputs": "x.npy", "targets": "y.npy"})";
+  EXPECT_EQ(err(R"("model": {"path": "m.pt", "trains_exported": true})", one_npy),
+            "batchcheck: error: cfg.json: model.trains_exported: only a .pt2 program can be the one training runs; a "
+            "TorchScript archive is always checked as the model you train");
+  EXPECT_EQ(err(R"("model": {"path": "m.pt2", "trains_exported": 1})", one_npy),
+            "batchcheck: error: cfg.json: model.trains_exported: expected true or false, got 1");
+  EXPECT_TRUE(parse_config("cfg.json", cfg(R"("model": {"path": "m.pt2", "trains_exported": true})", one_npy), "/base")
+                  .model.trains_exported);
+  EXPECT_FALSE(parse_config("cfg.json", cfg(R"("model": {"path": "m.pt2"})", one_npy), "/base").model.trains_exported);
 }
 
 TEST(Config, VariableLengthNpyFieldsAreValuesAndOffsets) {

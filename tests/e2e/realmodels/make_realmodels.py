@@ -10,7 +10,8 @@ Variants:
   script-clean   scripted, 16 samples at batch 8: every batch full
   script-tail    scripted, a tail batch of one sample (world size 2 for every other architecture)
   trace-tail     traced in train mode, the same tail
-  traceeval-tail traced in EVAL mode and scanned in train mode: the archive cannot show train-time failures
+  traceeval-tail traced in EVAL mode and scanned in train mode: the archive hides train-time failures
+                 (the eager model's loop is recorded too: where its BatchNorm raises, the scan must fail)
 
 Ground truth comes from the real training loop on the SAVED archive and SAVED data, per rank (each DDP
 rank holds its own replica): torch.utils.data.DataLoader (with DistributedSampler(shuffle=True, seed=0)
@@ -244,7 +245,7 @@ def main():
         frozen = sum(1 for m in model.modules() if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout)))
         manifest.append(save_case(out_dir, arch + "-traceeval-tail", traced_eval, x_tail, y_tail, 8, world, key_e,
                                   {"arch": arch, "kind": "traced", "traced_in": "eval", "mode_modules": frozen},
-                                  eager=eager if key_e is None else None, aux=aux))
+                                  eager=eager, aux=aux))
 
     if not only or "inplace" in only:
         torch.manual_seed(99)
