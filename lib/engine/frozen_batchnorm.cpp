@@ -4,24 +4,30 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <optional>
+#include <string>
+
 #include "engine/localize_sites.h"
 
 namespace batchcheck {
 
 namespace jit = torch::jit;
 
-namespace {
-
-// aten::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
-constexpr std::size_t kTrainingArg = 5;
-
-bool frozen_eval(const jit::Node* n) {
-  if (n->kind().toQualString() != std::string("aten::batch_norm") || n->inputs().size() <= kTrainingArg) return false;
-  const c10::optional<c10::IValue> flag = jit::toIValue(n->input(kTrainingArg));
-  return flag && flag->isBool() && !flag->toBool();
+std::optional<FrozenFlag> frozen_training_flag(const jit::Node* n) {
+  // aten::batch_norm(input, weight, bias, running_mean, running_var, training, ...);
+  // aten::*dropout(input, p, train).
+  const std::string kind = n->kind().toQualString();
+  const bool batch_norm = kind == "aten::batch_norm";
+  if (!batch_norm && kind != "aten::dropout" && kind != "aten::feature_dropout" && kind != "aten::alpha_dropout" &&
+      kind != "aten::feature_alpha_dropout") {
+    return std::nullopt;
+  }
+  const std::size_t arg = batch_norm ? 5 : 2;
+  if (n->inputs().size() <= arg) return std::nullopt;
+  const c10::optional<c10::IValue> flag = jit::toIValue(n->input(arg));
+  if (!flag || !flag->isBool()) return std::nullopt;  // computed from self.training: follows model.train()
+  return FrozenFlag{batch_norm, flag->toBool()};
 }
-
-}  // namespace
 
 struct FrozenBatchNormCheck::Impl {
   std::shared_ptr<jit::Graph> graph;
@@ -39,7 +45,8 @@ struct FrozenBatchNormCheck::Impl {
   void instrument(jit::Block* block) {
     for (jit::Node* n : block->nodes()) {
       for (jit::Block* b : n->blocks()) instrument(b);
-      if (!frozen_eval(n)) continue;
+      const std::optional<FrozenFlag> flag = frozen_training_flag(n);
+      if (!flag || !flag->batch_norm || flag->training) continue;
       auto* p = new jit::ProfileIValueOp(graph.get(), nullptr);
       p->addInput(n->input(0));
       p->insertBefore(n);

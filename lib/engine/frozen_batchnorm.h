@@ -9,15 +9,25 @@
 #include <ATen/core/ivalue.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/pipeline/backend.h"
 
 namespace torch::jit {
 struct Graph;
-}
+struct Node;
+}  // namespace torch::jit
 
 namespace batchcheck {
+
+// The training flag of aten::batch_norm or a dropout when tracing froze it to a constant; a
+// scripted module computes it from self.training (nullopt, as for any other node).
+struct FrozenFlag {
+  bool batch_norm = false;  // else a dropout
+  bool training = false;
+};
+std::optional<FrozenFlag> frozen_training_flag(const torch::jit::Node* n);
 
 class FrozenBatchNormCheck {
  public:

@@ -291,23 +291,10 @@ class TorchScriptRunner : public ModelRunner {
       blocks.pop_back();
       for (torch::jit::Node* node : block->nodes()) {
         for (torch::jit::Block* b : node->blocks()) blocks.push_back(b);
-        const std::string kind = node->kind().toQualString();
-        std::size_t arg = 0;
-        bool is_bn = false;
-        if (kind == "aten::batch_norm") {
-          arg = 5;
-          is_bn = true;
-        } else if (kind == "aten::dropout" || kind == "aten::feature_dropout" || kind == "aten::alpha_dropout" ||
-                   kind == "aten::feature_alpha_dropout") {
-          arg = 2;
-        } else {
-          continue;
-        }
-        if (node->inputs().size() <= arg) continue;
-        c10::optional<c10::IValue> flag = torch::jit::toIValue(node->input(arg));
-        if (!flag || !flag->isBool()) continue;  // computed from self.training: follows model.train()
-        FrozenModeOps& ops = flag->toBool() ? info_.frozen_train : info_.frozen_eval;
-        ++(is_bn ? ops.batch_norm : ops.dropout);
+        const std::optional<FrozenFlag> flag = frozen_training_flag(node);
+        if (!flag) continue;
+        FrozenModeOps& ops = flag->training ? info_.frozen_train : info_.frozen_eval;
+        ++(flag->batch_norm ? ops.batch_norm : ops.dropout);
       }
     }
   }
