@@ -12,6 +12,13 @@ if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
   echo "build: $BUILD_DIR was configured for another torch; configuring it afresh" >&2
   rm -rf "$BUILD_DIR"
 fi
+# ccache, where installed (scripts/setup.sh does): paths relative to the tree, so another
+# checkout or the pip package's build of the same sources (tests/package) reuses the objects.
+if command -v ccache >/dev/null 2>&1; then
+  BC_CMAKE_ARGS+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+fi
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then

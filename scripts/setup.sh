@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/torch-env.sh
 
 PACKAGES=(
-  cmake g++ make ninja-build
+  cmake g++ make ninja-build ccache
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libjpeg-dev libpng-dev libwebp-dev
@@ -38,13 +38,6 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 [[ $BC_TORCH == debian ]] && exit 0
-
-# A CUDA-enabled torch wheel's CMake config needs the CUDA toolkit (nvcc), even to build for the CPU.
-if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-  echo "setup: error: the torch wheel's CMake config needs the CUDA toolkit (nvcc), which is not installed;" \
-    "install it, or build against Debian's LibTorch 1.13: BATCHCHECK_TORCH=debian scripts/setup.sh" >&2
-  exit 2
-fi
 
 if [[ $BC_TORCH == python ]]; then
   "$BC_PYTHON" -c 'import torch, numpy' 2>/dev/null || {

@@ -34,11 +34,11 @@ bc_cmake_args() {
     fi
     return
   fi
-  local torch_dir
-  torch_dir=$("$BC_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || {
+  "$BC_PYTHON" -c 'import torch' 2>/dev/null || {
     echo "batchcheck: error: $BC_PYTHON: cannot import torch (scripts/setup.sh installs it; BATCHCHECK_TORCH=debian builds against libtorch-dev)" >&2
     exit 2
   }
-  # torch/ first: its lib/ must win over a libtorch-dev in /usr/lib.
-  BC_CMAKE_ARGS=("-DCMAKE_PREFIX_PATH=$torch_dir;$torch_dir/share/cmake" "-DBATCHCHECK_PYTHON=$BC_PYTHON")
+  # LibTorch straight from the torch package, as the pip package builds (cmake/TorchPython.cmake):
+  # no CUDA toolkit needed, and the same compile commands, so ccache shares their objects.
+  BC_CMAKE_ARGS=(-DBATCHCHECK_TORCH_FROM_PYTHON=ON "-DBATCHCHECK_TORCH_PYTHON=$BC_PYTHON" "-DBATCHCHECK_PYTHON=$BC_PYTHON")
 }

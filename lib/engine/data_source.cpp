@@ -249,6 +249,7 @@ std::unique_ptr<DataSource> open_file_source(const Config& cfg) {
     case DataFormat::Npy: return std::make_unique<NpySource>(cfg);
     case DataFormat::Pt: return open_pt_source(cfg);
     case DataFormat::ImageFolder: return open_image_source(cfg);
+    case DataFormat::Stream: return open_stream_source(cfg);
   }
   return nullptr;
 }

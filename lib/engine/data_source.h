@@ -65,6 +65,9 @@ std::unique_ptr<DataSource> open_pt_source(const Config& cfg);
 // An image folder (image_source.cpp). Throws InputError.
 std::unique_ptr<DataSource> open_image_source(const Config& cfg);
 
+// The batches of a Python DataLoader, served by batchcheck.scan() (stream_source.cpp). Throws InputError.
+std::unique_ptr<DataSource> open_stream_source(const Config& cfg);
+
 // Opens the data the config names, with the fields model.inputs asks for. Throws InputError
 // for unusable files and fields that are not there.
 std::unique_ptr<DataSource> open_data_source(const Config& cfg);

@@ -127,7 +127,7 @@ class TorchBackend : public Backend {
   // What forward is fed: the input fields, then the targets with loss type "model".
   std::vector<std::string> forward_fields() const {
     std::vector<std::string> fields = data_->input_names();
-    if (cfg_.loss.type == LossType::Model) fields.push_back(cfg_.data.format == DataFormat::Pt ? cfg_.data.targets : "targets");
+    if (cfg_.loss.type == LossType::Model) fields.push_back(cfg_.data.format == DataFormat::Pt || cfg_.data.format == DataFormat::Stream ? cfg_.data.targets : "targets");
     return fields;
   }
 

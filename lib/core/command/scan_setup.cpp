@@ -96,7 +96,10 @@ std::vector<RunFile> scan_inputs(const std::string& config_path, const Config& c
   std::vector<RunFile> in = {{config_path, "the config"},
                              {cfg.model.path, "the model"},
                              {cfg.loader.order_path, "the recorded order (loader.order)"}};
-  if (cfg.data.format != DataFormat::ImageFolder) in.push_back({cfg.data.path, "the data file"});
+  // A stream's path is the socket of the Python process serving the batches, not a file.
+  if (cfg.data.format != DataFormat::ImageFolder && cfg.data.format != DataFormat::Stream) {
+    in.push_back({cfg.data.path, "the data file"});
+  }
   // An image folder's or a .pt file's `inputs`/`targets` name fields, not files.
   if (cfg.data.format == DataFormat::Npy) {
     in.insert(in.end(), {{cfg.data.inputs, "the inputs"},

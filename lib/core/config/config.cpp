@@ -100,7 +100,22 @@ void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out)
 
 void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
   d.reject_unknown({"format", "inputs", "targets", "path", "transform"});
-  auto format = d.choice("format", {"npy", "pt", "imagefolder"});
+  auto format = d.choice("format", {"npy", "pt", "imagefolder", "stream"});
+  if (format == "stream") {
+    // batchcheck.scan() writes this: `path` is the Unix socket its Python process serves the
+    // user's own DataLoader on, batch by batch; fields are named as in a .pt file.
+    for (const char* key : {"inputs", "transform"}) {
+      if (d.has(key)) d.fail(key, "not used with format \"stream\": the batches' fields are what the Python loader yields");
+    }
+    out.format = DataFormat::Stream;
+    out.path_display = d.required_string("path");
+    out.path = out.path_display;
+    out.inputs = "inputs";
+    out.has_targets = true;
+    out.targets = d.string("targets").value_or("targets");
+    out.targets_explicit = d.has("targets");
+    return;
+  }
   if (format == "imagefolder") {
     out.format = DataFormat::ImageFolder;
     for (const char* key : {"inputs", "targets"}) {
@@ -331,7 +346,15 @@ const char* to_string(Reduction r) {
   return "mean";
 }
 
-const char* to_string(DataFormat f) { return f == DataFormat::Npy ? "npy" : "pt"; }
+const char* to_string(DataFormat f) {
+  switch (f) {
+    case DataFormat::Npy: return "npy";
+    case DataFormat::Pt: return "pt";
+    case DataFormat::ImageFolder: return "imagefolder";
+    case DataFormat::Stream: return "stream";
+  }
+  return "npy";
+}
 
 std::optional<LossType> parse_loss_type(const std::string& s) {
   for (const auto& n : kLossNames) {

@@ -17,7 +17,8 @@ enum class Mode { Train, Eval };
 // models in train mode return a dict of losses, summed as their training recipe does).
 enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model };
 enum class Reduction { Mean, Sum, None };
-enum class DataFormat { Npy, Pt, ImageFolder };
+// Stream: batches from the user's own DataLoader, served by batchcheck.scan() (Python).
+enum class DataFormat { Npy, Pt, ImageFolder, Stream };
 // TorchScript (torch.jit.save) or a torch.export program compiled by AOTInductor (.pt2).
 enum class ModelFormat { TorchScript, Pt2 };
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or

@@ -284,6 +284,7 @@ void apply_loss_target(const JsonObject& top, Config& cfg) {
     case DataFormat::ImageFolder:
       loss.fail("target", "an image folder's target is each image's class index; remove loss.target");
     case DataFormat::Pt:
+    case DataFormat::Stream:
       if (d.targets_explicit && d.targets != target) {
         loss.fail("target", "names \"" + target + "\" but data.targets names \"" + d.targets + "\"; keep one");
       }

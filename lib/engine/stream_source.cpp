@@ -1,0 +1,241 @@
+// data.format "stream": the batches of the user's own DataLoader, collated by their collate_fn
+// in their Python process (batchcheck.scan), sent over a Unix socket batch by batch. Nothing is
+// copied to disk; a fresh engine child (after a crash) connects again and asks for the next one.
+//
+// Frames: an 8-byte little-endian length, then the payload. The engine sends {"indices": [...]}
+// (or {"hello": 1} first); the peer answers with a JSON header, then one raw frame per field
+// (C-contiguous, native byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
+// {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "core/base/errors.h"
+#include "core/base/text.h"
+#include "engine/data_fields.h"
+#include "engine/data_source.h"
+
+namespace batchcheck {
+namespace {
+
+using nlohmann::json;
+
+// A batch bigger than this is not one a training step takes; a corrupt header is refused.
+constexpr uint64_t kMaxFrame = uint64_t{64} << 30;
+
+std::optional<at::ScalarType> stream_dtype(const std::string& s) {
+  static const std::map<std::string, at::ScalarType> kTypes = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf},  {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort},   {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool}};
+  const auto it = kTypes.find(s);
+  if (it == kTypes.end()) return std::nullopt;
+  return it->second;
+}
+
+class StreamSource : public DataSource {
+ public:
+  explicit StreamSource(const Config& cfg) : display_("the Python DataLoader (" + cfg.data.path_display + ")") {
+    connect_to(cfg.data.path);
+    send_json({{"hello", 1}});
+    const json hello = receive_json();
+    if (!hello.contains("samples") || !hello["samples"].is_number_unsigned() || !hello.contains("fields") ||
+        !hello["fields"].is_array()) {
+      throw InputError(display_, "", "the peer is not batchcheck's Python API (no samples and fields in its greeting)");
+    }
+    samples_ = hello["samples"].get<uint64_t>();
+    std::vector<std::string> available;
+    for (const json& f : hello["fields"]) {
+      TensorMeta m = meta_of(f);
+      available.push_back(f.value("name", ""));
+      metas_[available.back()] = m;
+    }
+    target_name_ = cfg.data.targets;
+    has_targets_ = metas_.count(target_name_) > 0;
+    if (cfg.data.targets_explicit && !has_targets_) {
+      throw InputError(display_, "targets \"" + target_name_ + "\"",
+                       "missing, but data.targets names it (fields: " + join(available) + ")" + did_you_mean(target_name_, available));
+    }
+    if (cfg.model.inputs_kind != InputsKind::Single) {
+      inputs_ = wanted_fields(cfg, available, target_name_, display_);
+    } else if (metas_.count(cfg.data.inputs)) {
+      inputs_ = {cfg.data.inputs};
+    } else {
+      throw InputError(display_, "field \"" + cfg.data.inputs + "\"", "missing, but the model takes it (fields: " + join(available) +
+                                                                         "); name forward's fields in model.inputs");
+    }
+    for (const auto& f : inputs_) bytes_ += meta_bytes(metas_[f]);
+    if (has_targets_) bytes_ += meta_bytes(metas_[target_name_]);
+  }
+  ~StreamSource() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  uint64_t samples() const override { return samples_; }
+  const std::vector<std::string>& input_names() const override { return inputs_; }
+  bool has_targets() const override { return has_targets_; }
+  TensorMeta sample_meta(int field) const override {
+    const auto it = metas_.find(name_of(field));
+    return it == metas_.end() ? TensorMeta{} : it->second;
+  }
+  uint64_t sample_bytes() const override { return bytes_; }
+
+  at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (indices != cached_indices_ || !cached_) fetch(indices);
+    if (cached_->failure) throw_failure(*cached_->failure, indices.size());
+    const auto it = cached_->fields.find(name_of(field));
+    if (it == cached_->fields.end()) {
+      if (field == kTargetField) return at::Tensor();
+      throw InputError(display_, "field \"" + name_of(field) + "\"", "missing from a batch, though the first batch had it");
+    }
+    return it->second;
+  }
+
+ private:
+  struct Batch {
+    std::map<std::string, at::Tensor> fields;
+    std::optional<json> failure;
+  };
+
+  std::string name_of(int field) const {
+    return field == kTargetField ? target_name_ : inputs_.at(static_cast<std::size_t>(field));
+  }
+
+  TensorMeta meta_of(const json& f) const {
+    TensorMeta m;
+    m.present = true;
+    m.dtype = f.value("dtype", "");
+    const auto t = stream_dtype(m.dtype);
+    if (!t || !f.contains("shape") || !f["shape"].is_array()) {
+      throw InputError(display_, "field \"" + f.value("name", "") + "\"", "a dtype or shape the engine cannot take: " + f.dump());
+    }
+    m.floating = at::isFloatingType(*t);
+    for (const json& d : f["shape"]) m.shape.push_back(d.get<int64_t>());
+    return m;
+  }
+
+  void connect_to(const std::string& path) {
+    sockaddr_un addr{};
+    if (path.size() >= sizeof(addr.sun_path)) throw InputError(display_, "", "the socket's path is too long");
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      throw InputError(display_, "", std::string("cannot connect to the Python process that holds the loader: ") + std::strerror(errno) +
+                                         " (data.format \"stream\" is written by batchcheck.scan(), which serves it while the scan runs)");
+    }
+  }
+
+  void write_all(const void* p, std::size_t n) const {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::send(fd_, c, n, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw InputError(display_, "", "the Python process went away mid-scan (" + std::string(std::strerror(errno)) + ")");
+      c += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  void read_all(void* p, std::size_t n) const {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t r = ::recv(fd_, c, n, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw InputError(display_, "", "the Python process went away mid-scan (the loader's connection closed)");
+      c += r;
+      n -= static_cast<std::size_t>(r);
+    }
+  }
+  uint64_t read_length() const {
+    unsigned char b[8];
+    read_all(b, 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
+    if (n > kMaxFrame) throw InputError(display_, "", "a frame of " + std::to_string(n) + " bytes: not batchcheck's protocol");
+    return n;
+  }
+  void send_json(const json& j) const {
+    const std::string s = j.dump();
+    unsigned char b[8];
+    uint64_t n = s.size();
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(n >> (8 * i));
+    write_all(b, 8);
+    write_all(s.data(), s.size());
+  }
+  json receive_json() const {
+    std::string s(read_length(), '\0');
+    read_all(s.data(), s.size());
+    json j = json::parse(s, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw InputError(display_, "", "a header that is not a JSON object: not batchcheck's protocol");
+    return j;
+  }
+
+  void fetch(const std::vector<int64_t>& indices) const {
+    send_json({{"indices", indices}});
+    json header = receive_json();
+    Batch b;
+    if (header.contains("error")) {
+      b.failure = std::move(header);
+    } else {
+      for (const json& f : header.value("fields", json::array())) {
+        const TensorMeta m = meta_of(f);
+        const std::string name = f.value("name", "");
+        const uint64_t n = read_length();
+        at::Tensor t = at::empty(m.shape, at::TensorOptions().dtype(*stream_dtype(m.dtype)));
+        if (static_cast<uint64_t>(t.nbytes()) != n) {
+          throw InputError(display_, "field \"" + name + "\"", "a frame of " + std::to_string(n) + " bytes for a tensor of " +
+                                                                   std::to_string(t.nbytes()) + ": not batchcheck's protocol");
+        }
+        read_all(t.data_ptr(), n);
+        b.fields[name] = std::move(t);
+      }
+    }
+    cached_ = std::move(b);
+    cached_indices_ = indices;
+  }
+
+  // The user's own collate_fn or Dataset raised: the batch's load failure, as with files. Where
+  // their collate_fn raised: every sample of the batch is named (it is not known which one it took
+  // exception to).
+  [[noreturn]] void throw_failure(const json& f, std::size_t batch_size) const {
+    const std::string message = f.value("message", "");
+    if (f.value("error", "") == "dataset") {
+      UnreadableSample s;
+      s.row = f.value("row", uint64_t{0});
+      s.file = "dataset[" + std::to_string(f.value("index", int64_t{0})) + "]";
+      s.error = message;
+      throw UnreadableError{{s}};
+    }
+    CollateFailure c;
+    c.field = f.value("field", "batch");
+    c.error = message;
+    for (std::size_t r = 0; r < batch_size; ++r) c.rows.push_back(r);
+    throw CollateError{c};
+  }
+
+  std::string display_;
+  int fd_ = -1;
+  uint64_t samples_ = 0;
+  uint64_t bytes_ = 0;
+  std::string target_name_;
+  bool has_targets_ = false;
+  std::vector<std::string> inputs_;
+  std::map<std::string, TensorMeta> metas_;
+  mutable std::mutex mu_;
+  mutable std::vector<int64_t> cached_indices_;
+  mutable std::optional<Batch> cached_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> open_stream_source(const Config& cfg) { return std::make_unique<StreamSource>(cfg); }
+
+}  // namespace batchcheck

@@ -1,0 +1,410 @@
+"""batchcheck.scan(): the checks of `batchcheck scan` on your own DataLoader object.
+
+    import batchcheck
+    report = batchcheck.scan(model, loader, nn.CrossEntropyLoss())
+    if not report.ok:
+        raise SystemExit(report.text)
+
+Your loader runs in your process, as training runs it (its sampler, collate_fn, transforms and
+workers); each batch it yields is sent to batchcheck's engine over a Unix socket, nothing is
+written to disk but the model (scripted, or traced on the first batch) and the recorded order.
+The engine runs in its own supervised process: a crash of LibTorch is a finding, never a crash
+of yours. Every RNG the loader can reach is restored afterwards, so the epoch your training
+runs next is the one that was scanned.
+"""
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from batchcheck import export as _export
+from batchcheck._cli import binary
+
+__all__ = ["scan", "Report", "Finding"]
+
+
+class Finding:
+    """One finding of the report: .id, .severity, .batch, .samples, .message, .fixes and every
+    other field of its JSON object as .data."""
+
+    def __init__(self, data):
+        self.data = data
+        self.id = data.get("id")
+        self.severity = data.get("severity")
+        self.batch = data.get("batch")
+        self.samples = data.get("samples", [])
+        self.message = data.get("message", "")
+        self.fixes = data.get("fixes", [])
+
+    def __repr__(self):
+        where = "" if self.batch is None else " at batch %s" % self.batch
+        return "<Finding %s %s%s samples=%s>" % (self.severity, self.id, where, self.samples[:8])
+
+
+class Report:
+    """The report of a scan: .ok (the verdict passes), .findings, .data (the JSON report as a
+    dict), .text (what the command printed), .to_json(), .html(path)."""
+
+    def __init__(self, data, text, exit_code):
+        self.data = data
+        self.text = text
+        self.exit_code = exit_code
+        self.findings = [Finding(f) for f in data.get("findings", [])]
+
+    @property
+    def ok(self):
+        return self.exit_code == 0
+
+    def errors(self):
+        return [f for f in self.findings if f.severity == "error"]
+
+    def to_json(self, indent=2):
+        return json.dumps(self.data, indent=indent)
+
+    def html(self, path):
+        """Writes the HTML view of this report to `path` (batchcheck render)."""
+        with tempfile.TemporaryDirectory(prefix="batchcheck-") as tmp:
+            src = os.path.join(tmp, "report.json")
+            with open(src, "w") as f:
+                json.dump(self.data, f)
+            subprocess.run([binary(), "render", src, "--html", os.fspath(path)], check=True)
+        return path
+
+    def __repr__(self):
+        return "<batchcheck Report %s: %d findings>" % ("ok" if self.ok else "FAILED", len(self.findings))
+
+
+# ---- the batches: what the loader yields, as named tensor fields ----
+
+def _fields(batch, input_key, target_key):
+    """A collated batch as [(name, tensor)]: (inputs, targets), a single tensor, or a dict."""
+    if isinstance(batch, torch.Tensor):
+        return [("inputs", batch)]
+    if isinstance(batch, dict):
+        out = [(str(k), v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+        if not out:
+            raise TypeError("batchcheck.scan: the loader's batches are dicts without tensors")
+        return out
+    if isinstance(batch, (tuple, list)) and len(batch) in (1, 2) and all(isinstance(v, torch.Tensor) for v in batch):
+        return [(input_key, batch[0])] + ([(target_key, batch[1])] if len(batch) == 2 else [])
+    raise TypeError("batchcheck.scan: a batch must be a tensor, (inputs, targets) or a dict of tensors; the loader yields %s"
+                    % type(batch).__name__)
+
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+           torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+           torch.bool: "bool"}
+
+
+def _dtype(t, name):
+    if t.dtype not in _DTYPES:
+        raise TypeError("batchcheck.scan: field %r has dtype %s, which the engine does not take" % (name, t.dtype))
+    return _DTYPES[t.dtype]
+
+
+def _send(conn, payload):
+    conn.sendall(struct.pack("<Q", len(payload)))
+    conn.sendall(payload)
+
+
+def _recv(conn):
+    head = b""
+    while len(head) < 8:
+        chunk = conn.recv(8 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack("<Q", head)
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+class _Server:
+    """Serves the loader's batches to the engine, in the order the engine asks for them: a batch
+    of the epoch comes from the live loader iterator (the order it draws is recorded from the
+    iterator itself and must match the batch asked for); any other set of samples (the engine's
+    probes: a batch of one) is collate_fn([dataset[i] for i in indices]) in this process."""
+
+    def __init__(self, loader, expected, input_key, target_key):
+        self.loader = loader
+        self.input_key, self.target_key = input_key, target_key
+        self.expected = {tuple(b) for b in expected}
+        self.window = OrderedDict()  # recent live batches by indices (a resumed child asks again)
+        self.live = None
+        self.drawn = []  # the indices the live iterator drew, batch by batch
+        self.yielded = 0  # batches it delivered
+        self.first = None
+        self.unpatch = None
+        self.exhausted = False
+        self.error = None
+        self.lock = threading.Lock()
+        self.dir = tempfile.mkdtemp(prefix="batchcheck-")
+        self.path = os.path.join(self.dir, "loader.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(4)
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def start_live(self):
+        """The live iterator, recording the indices of each batch as the iterator itself draws
+        them (workers deliver in that order). A multi-worker iterator draws its first indices
+        while it is made, so the drawing is watched from before iter() until the scan ends."""
+        from torch.utils.data import dataloader as dl
+        cls = dl._BaseDataLoaderIter
+        draw = cls.__dict__.get("_next_index")
+        if draw is None:  # another torch: no order check, the engine's own indices then name samples
+            self.live = iter(self.loader)
+            return
+        server = self
+
+        def recorded(it):
+            idx = draw(it)
+            if server.live is None or it is server.live:
+                server.drawn.append(list(idx))
+            return idx
+        cls._next_index = recorded
+        self.unpatch = lambda: setattr(cls, "_next_index", draw)
+        self.live = iter(self.loader)
+
+    def next_live(self):
+        """(indices, batch or an exception) of the live iterator's next batch, or None at its
+        end. Batch j holds the j-th indices drawn: workers may draw ahead, they deliver in order."""
+        j = self.yielded
+        try:
+            batch = next(self.live)
+        except StopIteration:
+            return None
+        except Exception as e:  # their Dataset or collate_fn raised: the batch's failure
+            if len(self.drawn) <= j:
+                raise
+            batch = e
+        self.yielded += 1
+        return (self.drawn[j] if len(self.drawn) > j else None), batch
+
+    def first_batch(self):
+        got = self.next_live()
+        if got is None:
+            raise ValueError("batchcheck.scan: the loader yields no batch")
+        idx, batch = got
+        if isinstance(batch, Exception):
+            raise batch
+        self.window[tuple(idx) if idx is not None else None] = batch
+        self.first = batch
+        return batch
+
+    def _batch_for(self, indices):
+        key = tuple(indices)
+        if key in self.window:
+            return self.window[key]
+        delivered = {tuple(d) for d in self.drawn[:self.yielded]}
+        if key in self.expected and key not in delivered and not self.exhausted:
+            while True:
+                got = self.next_live()
+                if got is None:
+                    self.exhausted = True
+                    break
+                idx, batch = got
+                if idx is None:  # no record of the draw (see start_live): taken as the batch asked for
+                    idx = indices
+                self.window[tuple(idx)] = batch
+                while len(self.window) > 8:
+                    self.window.popitem(last=False)
+                if tuple(idx) == key:
+                    return batch
+        # A probe's samples, or a batch asked for out of the epoch's order (--fail-fast asks for
+        # the edges first): their Dataset and collate_fn, in this process.
+        ds = self.loader.dataset
+        try:
+            samples = [ds[i] for i in indices]
+        except Exception as e:
+            return e
+        try:
+            return self.loader.collate_fn(samples)
+        except Exception as e:
+            return e
+
+    def _failure(self, indices, e):
+        ds = self.loader.dataset
+        for row, i in enumerate(indices):
+            try:
+                ds[i]
+            except Exception as d:
+                return {"error": "dataset", "row": row, "index": int(i), "message": "%s: %s" % (type(d).__name__, d)}
+        return {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
+
+    def hello(self):
+        fields = []
+        for name, t in _fields(self.first, self.input_key, self.target_key):
+            fields.append({"name": name, "dtype": _dtype(t, name), "shape": list(t.shape[1:])})
+        return {"samples": len(self.loader.dataset), "fields": fields}
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        try:
+            while True:
+                msg = _recv(conn)
+                if msg is None:
+                    return
+                req = json.loads(msg)
+                with self.lock:
+                    if "hello" in req:
+                        _send(conn, json.dumps(self.hello()).encode())
+                        continue
+                    indices = [int(i) for i in req["indices"]]
+                    batch = self._batch_for(indices)
+                    if isinstance(batch, Exception):
+                        _send(conn, json.dumps(self._failure(indices, batch)).encode())
+                        continue
+                    tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
+                    header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
+                    _send(conn, json.dumps(header).encode())
+                    for _, t in tensors:
+                        _send(conn, t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        except (OSError, ValueError, KeyError) as e:  # the engine went away, or a malformed request
+            self.error = self.error or e
+        except Exception as e:  # the loader itself failed: the engine reads a closed socket
+            self.error = e
+        finally:
+            conn.close()
+
+    def close(self):
+        if self.unpatch:
+            self.unpatch()
+        try:
+            self.sock.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _rng_snapshot(loader):
+    held = [(g, _export._get_rng_state(g)) for g in _export._reachable_rngs(loader)]
+    glob = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+
+    def restore():
+        torch.set_rng_state(glob[0])
+        random.setstate(glob[1])
+        np.random.set_state(glob[2])
+        for g, s in held:
+            _export._set_rng_state(g, s)
+    return restore
+
+
+def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_on=None, device=None,
+         input_key="inputs", target_key="targets", args=(), quiet=False):
+    """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
+    the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
+    its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
+    device: "cpu" (default) or "cuda". args: further `batchcheck scan` flags. quiet: keep the
+    command's text off stderr (it is in report.text either way)."""
+    if not isinstance(loader, DataLoader):
+        raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
+    if isinstance(loader.dataset, IterableDataset):
+        raise TypeError("batchcheck.scan: an IterableDataset has no sample indices to name; scan a map-style Dataset")
+    if loader.batch_size is None:
+        raise TypeError("batchcheck.scan: the loader has batch_size=None (no automatic batching): its items are not batches")
+    if mode not in ("train", "eval"):
+        raise ValueError("batchcheck.scan: mode is 'train' or 'eval', got %r" % (mode,))
+    n = len(loader.dataset)
+    sequential = _export._plain_sequential(loader)
+    if sequential:
+        b = loader.batch_size
+        order = [list(range(i, min(i + b, n))) for i in range(0, n, b)]
+        if loader.drop_last and order and len(order[-1]) < b:
+            order.pop()
+    else:
+        order = _export._record_order(loader, n)  # restores every RNG it draws from
+    restore = _rng_snapshot(loader)
+    server = _Server(loader, order, input_key, target_key)
+    try:
+        server.start_live()
+        first = server.first_batch()
+        fields = _fields(first, input_key, target_key)
+        x = fields[0][1]
+        scripted, how = _export._script_or_trace(model, x, mode)
+        model_path = os.path.join(server.dir, "model.pt")
+        scripted.save(model_path)
+        config = {"model": {"path": model_path, "mode": mode},
+                  "data": {"format": "stream", "path": server.path},
+                  "loader": {"batch_size": loader.batch_size},
+                  "loss": _export.loss_config(loss)}
+        names = [name for name, _ in fields]
+        inputs = [name for name in names if name != target_key]
+        if names != [input_key, target_key] and names != [input_key]:
+            config["model"]["inputs"] = inputs
+        if target_key != "targets" and target_key in names:
+            config["data"]["targets"] = target_key
+        if sequential:
+            if loader.drop_last:
+                config["loader"]["drop_last"] = True
+        else:
+            with open(os.path.join(server.dir, "order.json"), "w") as f:
+                json.dump({"samples": n, "ranks": [order]}, f)
+            config["loader"]["order"] = os.path.join(server.dir, "order.json")
+        if output is not None:
+            config["model"]["output"] = output
+        if aux:
+            config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
+        libraries = _export._operator_libraries(scripted)
+        if libraries:
+            config["model"]["libraries"] = libraries
+        cfg_path = os.path.join(server.dir, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config, f, indent=2)
+        report_path = os.path.join(server.dir, "report.json")
+        cmd = [binary(), "scan", cfg_path, "-o", report_path, "--jobs", "1"]
+        if fail_on:
+            cmd += ["--fail-on", fail_on]
+        if device:
+            cmd += ["--device", device]
+        cmd += list(args)
+        server.thread.start()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err_lines = []
+
+        def pump():
+            for line in iter(proc.stderr.readline, b""):
+                text = line.decode("utf-8", "replace")
+                err_lines.append(text)
+                if not quiet:
+                    sys.stderr.write(text)
+        pumping = threading.Thread(target=pump, daemon=True)
+        pumping.start()
+        proc.stdout.read()
+        code = proc.wait()
+        pumping.join()
+        proc.stdout.close()
+        proc.stderr.close()
+        text = "".join(err_lines)
+        if server.error is not None and not isinstance(server.error, OSError):
+            raise server.error
+        if not os.path.exists(report_path):
+            raise RuntimeError("batchcheck.scan: the engine wrote no report (exit %d):\n%s" % (code, text))
+        with open(report_path) as f:
+            data = json.load(f)
+        return Report(data, text, code)
+    finally:
+        server.close()
+        restore()

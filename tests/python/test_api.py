@@ -1,0 +1,167 @@
+"""batchcheck.scan() on the user's own DataLoader objects (their sampler, collate_fn, transforms,
+workers), each verdict compared with what the real training loop does on the same loader.
+
+Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH; or against
+an installed package: python tests/python/test_api.py.
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import batchcheck
+
+
+class Pairs(Dataset):
+    """(image, class) pairs; `nan` samples hold a NaN pixel, `labels` overrides some classes.
+    A transform runs per sample, as a torchvision transform would."""
+
+    def __init__(self, n, nan=(), labels=None, transform=None, classes=4):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.rand(n, 3, 8, 8, generator=g)
+        self.y = torch.randint(0, classes, (n,), generator=g)
+        for i in nan:
+            self.x[i, 0, 0, 0] = float("nan")
+        for i, c in (labels or {}).items():
+            self.y[i] = c
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        x = self.x[i]
+        return (self.transform(x) if self.transform else x), self.y[i]
+
+
+def flip(x):
+    return torch.flip(x, dims=[2])
+
+
+def collate_as_float(batch):  # the user's own collate_fn
+    xs, ys = zip(*batch)
+    return torch.stack(xs).float(), torch.stack(ys)
+
+
+class Net(nn.Module):
+    def __init__(self, bn=False):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm1d(4) if bn else nn.Identity()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.conv(x).mean(dim=(2, 3))
+        return self.fc(self.bn(h))
+
+
+def real_epoch(loader):
+    """The batches the training loop sees: (indices in the dataset, batch)."""
+    return [b for b in loader]
+
+
+def first_error(model, loader, loss):
+    """Where the eager training loop raises: (batch number, message), or None."""
+    model.train()
+    for k, (x, y) in enumerate(loader):
+        try:
+            loss(model(x), y).backward()
+        except (RuntimeError, ValueError, IndexError) as e:
+            return k, str(e)
+    return None
+
+
+def ids(report, severity=None):
+    return [f.id for f in report.findings if severity is None or f.severity == severity]
+
+
+class TestScan(unittest.TestCase):
+    def test_nan_samples_named_at_the_batches_the_loop_delivers_them(self):
+        # Enough batches that two workers draw ahead of what they deliver.
+        torch.manual_seed(7)
+        nan = [13, 77, 150]
+        ds = Pairs(200, nan=nan, transform=flip)
+        loader = DataLoader(ds, batch_size=6, shuffle=True, num_workers=2, collate_fn=collate_as_float)
+        report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertFalse(report.ok)
+        named = {}
+        for f in report.findings:
+            if f.id == "input-nonfinite":
+                for o in f.data["occurrences"]:  # one finding, every batch it happened at
+                    named.update({s: o["batch"] for s in o["samples"]})
+        # The epoch training runs next is the one scanned (the RNGs were restored): each NaN
+        # sample, told apart by its pixels, is in the batch the report names.
+        truth = {}
+        for k, (x, _) in enumerate(real_epoch(loader)):
+            for row in torch.nonzero(torch.isnan(x).flatten(1).any(1)).flatten().tolist():
+                i = [i for i in nan if torch.equal(torch.nan_to_num(x[row]), torch.nan_to_num(flip(ds.x[i])))]
+                truth[i[0]] = k
+        self.assertEqual(sorted(truth), nan)
+        self.assertEqual(named, truth)
+
+    def test_label_255_is_the_error_cross_entropy_raises(self):
+        ds = Pairs(20, labels={17: 255})
+        loader = DataLoader(ds, batch_size=8)
+        truth = first_error(Net(), loader, nn.CrossEntropyLoss())
+        self.assertIsNotNone(truth)
+        report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        hit = [f for f in report.findings if f.id == "target-out-of-range"]
+        self.assertTrue(hit, report.findings)
+        self.assertEqual((hit[0].batch, hit[0].samples), (truth[0], [17]))
+        # ignore_index=255 is what segmentation trains with: then nothing is out of range.
+        ok = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(ignore_index=255), quiet=True)
+        self.assertNotIn("target-out-of-range", ids(ok))
+
+    def test_last_batch_of_one_through_batchnorm_fails_like_training(self):
+        ds = Pairs(17)
+        loader = DataLoader(ds, batch_size=8)
+        torch.manual_seed(0)
+        truth = first_error(Net(bn=True), loader, nn.CrossEntropyLoss())
+        self.assertEqual(truth[0], 2)
+        self.assertIn("Expected more than 1 value per channel", truth[1])
+        report = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertFalse(report.ok)
+        hit = [f for f in report.findings if f.id == "batchnorm-single-value" and f.severity == "error"]
+        self.assertTrue(hit, report.findings)
+        self.assertEqual((hit[0].batch, hit[0].samples), (2, [16]))
+        # drop_last, the fix the report gives, passes.
+        fixed = batchcheck.scan(Net(bn=True), DataLoader(ds, batch_size=8, drop_last=True), nn.CrossEntropyLoss(), quiet=True)
+        self.assertTrue(fixed.ok, fixed.text)
+
+    def test_their_collate_fn_raising_is_the_batch_collate_error(self):
+        def picky(batch):
+            if len(batch) < 4:
+                raise ValueError("picky collate: a batch of %d" % len(batch))
+            return collate_as_float(batch)
+        loader = DataLoader(Pairs(10), batch_size=4, collate_fn=picky)
+        report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        hit = [f for f in report.findings if f.id == "collate-error"]
+        self.assertTrue(hit, report.findings)
+        self.assertEqual((hit[0].batch, hit[0].samples), (2, [8, 9]))
+        self.assertIn("picky collate: a batch of 2", json.dumps(hit[0].data))
+
+    def test_clean_loader_report_object(self):
+        loader = DataLoader(Pairs(16), batch_size=8, shuffle=True, num_workers=1)
+        report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertTrue(report.ok, report.text)
+        self.assertEqual(ids(report, "error"), [])
+        self.assertEqual(json.loads(report.to_json())["verdict"], report.data["verdict"])
+        with tempfile.TemporaryDirectory() as tmp:
+            page = report.html(os.path.join(tmp, "report.html"))
+            with open(page) as f:
+                self.assertIn("<html", f.read())
+
+    def test_refused_loaders_say_why(self):
+        with self.assertRaisesRegex(TypeError, "pass your torch.utils.data.DataLoader"):
+            batchcheck.scan(Net(), [1, 2], nn.CrossEntropyLoss())
+        with self.assertRaisesRegex(TypeError, "batch_size=None"):
+            batchcheck.scan(Net(), DataLoader(Pairs(4), batch_size=None), nn.CrossEntropyLoss())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])
