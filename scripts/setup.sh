@@ -48,11 +48,16 @@ if [[ $BC_TORCH == python ]]; then
 fi
 
 want="torch==$BC_TORCH_PIN torchvision==$BC_TORCHVISION_PIN numpy==$BC_NUMPY_PIN"
+# The libraries users train with, for the suite's real-library cases (Lightning and Hugging Face
+# callbacks; timm, transformers, segmentation-models-pytorch and MONAI models): pure Python, and
+# pinned so that pip never moves the torch above.
+want+=" lightning==2.6.6 transformers==4.57.6 accelerate==1.16.0 timm==1.0.31"
+want+=" segmentation-models-pytorch==0.6.0 monai==1.6.1"
 have_pins() {
-  [[ -x "$BC_PYTHON" ]] && "$BC_PYTHON" - "$BC_TORCH_PIN" "$BC_TORCHVISION_PIN" "$BC_NUMPY_PIN" 2>/dev/null <<'PY'
+  [[ -x "$BC_PYTHON" ]] && "$BC_PYTHON" - $want 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version
-wanted = dict(zip(["torch", "torchvision", "numpy"], sys.argv[1:]))
+wanted = dict(a.split("==") for a in sys.argv[1:])
 sys.exit(0 if all(version(p).split("+")[0] == v for p, v in wanted.items()) else 1)
 PY
 }

@@ -31,7 +31,20 @@ from torch.utils.data import DataLoader, IterableDataset
 from batchcheck import export as _export
 from batchcheck._cli import binary
 
-__all__ = ["scan", "Report", "Finding"]
+__all__ = ["scan", "Report", "Finding", "ScanFailed"]
+
+
+class ScanFailed(Exception):
+    """The scan's gate failed (the training callbacks raise it): .report holds the findings."""
+
+    def __init__(self, report, message=None):
+        self.report = report
+        if message is None:
+            errors = report.errors()
+            first = errors[0] if errors else (report.findings[0] if report.findings else None)
+            where = "" if first is None else ": %s at batch %s, samples %s" % (first.id, first.batch, first.samples[:8])
+            message = "batchcheck: the scan failed (%d errors)%s\n%s" % (len(errors), where, report.text)
+        super().__init__(message)
 
 
 class Finding:
@@ -175,12 +188,13 @@ class _Server:
 
         def recorded(it):
             idx = draw(it)
-            if server.live is None or it is server.live:
-                server.drawn.append(list(idx))
+            server.drawn.append(list(idx))  # only this scan iterates a loader meanwhile
             return idx
         cls._next_index = recorded
         self.unpatch = lambda: setattr(cls, "_next_index", draw)
         self.live = iter(self.loader)
+        # An Accelerate DataLoaderShard (the HF Trainer's loader) draws through a plain
+        # DataLoader iterator inside its own; a batch on a device comes back to the CPU below.
 
     def next_live(self):
         """(indices, batch or an exception) of the live iterator's next batch, or None at its
@@ -323,7 +337,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
     if isinstance(loader.dataset, IterableDataset):
         raise TypeError("batchcheck.scan: an IterableDataset has no sample indices to name; scan a map-style Dataset")
-    if loader.batch_size is None:
+    if loader.batch_sampler is None:  # batch_size=None and no batch_sampler
         raise TypeError("batchcheck.scan: the loader has batch_size=None (no automatic batching): its items are not batches")
     if mode not in ("train", "eval"):
         raise ValueError("batchcheck.scan: mode is 'train' or 'eval', got %r" % (mode,))
@@ -345,10 +359,14 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         x = fields[0][1]
         scripted, how = _export._script_or_trace(model, x, mode)
         model_path = os.path.join(server.dir, "model.pt")
-        scripted.save(model_path)
+        try:
+            scripted.save(model_path)
+        except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+            scripted = _export._trace(model, x, mode)
+            scripted.save(model_path)
         config = {"model": {"path": model_path, "mode": mode},
                   "data": {"format": "stream", "path": server.path},
-                  "loader": {"batch_size": loader.batch_size},
+                  "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
                   "loss": _export.loss_config(loss)}
         names = [name for name, _ in fields]
         inputs = [name for name in names if name != target_key]

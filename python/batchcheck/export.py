@@ -435,7 +435,10 @@ def _record_order(loader, n):
 
 
 def _plain_sequential(loader):
-    return isinstance(loader.sampler, SequentialSampler) and type(loader.batch_sampler) is BatchSampler
+    # The batch sampler's own sampler: DataLoader(batch_sampler=...) (an Accelerate loader too)
+    # keeps an unused SequentialSampler as .sampler whatever its batch sampler draws from.
+    bs = loader.batch_sampler
+    return type(bs) is BatchSampler and isinstance(bs.sampler, SequentialSampler) and loader.batch_size is not None
 
 
 def _script_or_trace(model, example, mode):
@@ -447,14 +450,17 @@ def _script_or_trace(model, example, mode):
                       "A trace freezes Python control flow and the shapes it saw, and keeps BatchNorm/dropout in %s mode: "
                       "batchcheck reports a trace-mode mismatch if you scan it in the other mode" % (reason, mode, mode),
                       stacklevel=3)
-        was_training = model.training
-        model.train(mode == "train")
-        try:
-            with torch.no_grad():
-                traced = torch.jit.trace(model, example, check_trace=False)
-        finally:
-            model.train(was_training)
-        return traced, "trace"
+        return _trace(model, example, mode), "trace"
+
+
+def _trace(model, example, mode):
+    was_training = model.training
+    model.train(mode == "train")
+    try:
+        with torch.no_grad():
+            return torch.jit.trace(model, example, check_trace=False, strict=False)  # dict outputs too
+    finally:
+        model.train(was_training)
 
 
 def export_scan(folder, model, loader=None, loss=None, dataset=None, mode="train", pad=None, pad_to_multiple_of=1,

@@ -1,0 +1,34 @@
+"""A Hugging Face transformers Trainer callback: the scan of the Trainer's train dataloader in
+on_train_begin, before the first step, stopping the run with the report.
+
+    from batchcheck.huggingface import BatchCheckCallback
+    trainer = Trainer(model, args, train_dataset=ds, callbacks=[BatchCheckCallback(nn.CrossEntropyLoss(), output="logits")])
+"""
+from transformers import TrainerCallback
+
+from batchcheck.api import ScanFailed, scan
+
+__all__ = ["BatchCheckCallback"]
+
+
+class BatchCheckCallback(TrainerCallback):
+    """loss: applied to the model's prediction (output= names it in a dict output, "logits" for
+    the transformers models) against the batch's `target_key` field (default "labels"); or
+    "model" when forward computes its own loss. Other keyword arguments go to batchcheck.scan()."""
+
+    def __init__(self, loss=None, output=None, target_key="labels", **options):
+        self.loss = loss
+        self.options = dict(options, output=output, target_key=target_key)
+        self.report = None
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if train_dataloader is None or model is None:
+            raise ScanFailed(None, "batchcheck: the Trainer passed no train dataloader or model to its callbacks")
+        was_training = model.training
+        try:
+            self.report = scan(model, train_dataloader, self.loss, **self.options)
+        finally:
+            model.train(was_training)
+        if not self.report.ok:
+            raise ScanFailed(self.report)
+        return control
