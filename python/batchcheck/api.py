@@ -109,9 +109,14 @@ def _fields(batch, input_key, target_key):
         if not out:
             raise TypeError("batchcheck.scan: the loader's batches are dicts without tensors")
         return out
-    if isinstance(batch, (tuple, list)) and len(batch) in (1, 2) and all(isinstance(v, torch.Tensor) for v in batch):
-        return [(input_key, batch[0])] + ([(target_key, batch[1])] if len(batch) == 2 else [])
-    raise TypeError("batchcheck.scan: a batch must be a tensor, (inputs, targets) or a dict of tensors; the loader yields %s"
+    if isinstance(batch, (tuple, list)) and batch and all(isinstance(v, torch.Tensor) for v in batch):
+        # (inputs, targets); (input, input_1, ..., targets): forward's inputs in order, the targets last.
+        if len(batch) == 1:
+            return [(input_key, batch[0])]
+        extra = [("%s_%d" % (input_key, k), t) for k, t in enumerate(batch[1:-1], 1)]
+        return [(input_key, batch[0])] + extra + [(target_key, batch[-1])]
+    raise TypeError("batchcheck.scan: a batch must be a tensor, a tuple of tensors (inputs..., targets) or a dict of tensors; "
+                    "the loader yields %s"
                     % type(batch).__name__)
 
 
@@ -356,7 +361,8 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         server.start_live()
         first = server.first_batch()
         fields = _fields(first, input_key, target_key)
-        x = fields[0][1]
+        xs = [t for name, t in fields if name != target_key]
+        x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
         scripted, how = _export._script_or_trace(model, x, mode)
         model_path = os.path.join(server.dir, "model.pt")
         try:
