@@ -67,6 +67,17 @@ def main():
             ok = merge_scale(scan, args) and ok
         sys.exit(0 if ok else 1)
 
+    # The Python API runs with the build's own Python (its torch is the build's LibTorch).
+    api_python = None
+    cache = os.path.join(args.build, "CMakeCache.txt")
+    if os.path.exists(cache):
+        for line in open(cache):
+            if line.startswith("BATCHCHECK_PYTHON:"):
+                api_python = line.split("=", 1)[1].strip()
+    api_scan = os.path.join(ROOT, "bench", "python_api_scan.py")
+    os.environ["BATCHCHECK_BINARY"] = scan
+    os.environ["PYTHONPATH"] = os.path.join(ROOT, "python")
+
     rows = {}
     for w in ["p1", "p2"]:
         cfg = os.path.join(args.data, w, "config.json")
@@ -78,6 +89,8 @@ def main():
                 (w, "bare --tuned --bwd"): [bare, cfg, "--tuned", "--backward"]}
         if not args.no_python:
             cmds[(w, "python")] = ["/usr/bin/python3", replay, cfg]
+        if api_python:  # batchcheck.scan() on the same model and arrays as the user's own objects
+            cmds[(w, "python api")] = [api_python, api_scan, cfg]
         rows.update(measure_together(cmds, args.runs))
     p2 = os.path.join(args.data, "p2", "config.json")
     rows.update(measure_together({("p2", "scan --edges"): [scan, "scan", p2, "-q", "--edges"],
@@ -126,6 +139,10 @@ def main():
         target("p1 scan --no-backward / python replay (wall)", rows[("p1", "scan --no-backward")][0] / rows[("p1", "python")][0], 0.45)
         target("p2 scan --no-backward / python replay (wall)", rows[("p2", "scan --no-backward")][0] / rows[("p2", "python")][0], 0.85)
     target("p2 scan --no-backward / bare loop --tuned (wall), issue 30", whole["scan --no-bwd"] / whole["bare --tuned"], 1.15)
+    if api_python:
+        print("targets (issue 31):")
+        for w in ["p1", "p2"]:
+            target(f"{w} batchcheck.scan() / batchcheck scan (wall)", rows[(w, "python api")][0] / rows[(w, "scan")][0], 1.15)
     # --edges (first + last batch + the default probe) against start-up plus three batches:
     # "scan 1 batch" is start-up + one batch + the probe; a batch costs (full - that) / 187.
     one = rows[("p2", "scan 1 batch")][0]
@@ -157,6 +174,17 @@ def jobs_curve(scan, bare, args):
     against the single-process tuned floor (the bare loop with every core's threads), and the
     default (--jobs auto), for J = 1 .. cores."""
     cores = len(os.sched_getaffinity(0))
+    # The Python API runs with the build's own Python (its torch is the build's LibTorch).
+    api_python = None
+    cache = os.path.join(args.build, "CMakeCache.txt")
+    if os.path.exists(cache):
+        for line in open(cache):
+            if line.startswith("BATCHCHECK_PYTHON:"):
+                api_python = line.split("=", 1)[1].strip()
+    api_scan = os.path.join(ROOT, "bench", "python_api_scan.py")
+    os.environ["BATCHCHECK_BINARY"] = scan
+    os.environ["PYTHONPATH"] = os.path.join(ROOT, "python")
+
     rows = {}
     for w in ["p1", "p2"]:
         cfg = os.path.join(args.data, w, "config.json")
