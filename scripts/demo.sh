@@ -11,6 +11,9 @@ source scripts/torch-env.sh
 # The package builds from this checkout against the venv's torch; ccache gives it the objects
 # the build above compiled (same sources, same flags, paths relative to the tree).
 settings=(--config-settings=build-dir=build-pip)
+# The same compiler by the same name as build/ (GCC's precompiled headers differ by it).
+CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/CMakeCache.txt)
+[[ -n $CXX ]] && export CXX
 if command -v ccache >/dev/null 2>&1; then
   settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache)")
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1

@@ -27,8 +27,10 @@ namespace {
 
 using nlohmann::json;
 
-// A batch bigger than this is not one a training step takes; a corrupt header is refused.
+// A batch bigger than this is not one a training step takes, nor a header longer than that:
+// a corrupt frame is refused before anything is allocated for it.
 constexpr uint64_t kMaxFrame = uint64_t{64} << 30;
+constexpr uint64_t kMaxHeader = uint64_t{64} << 20;
 
 std::optional<at::ScalarType> stream_dtype(const std::string& s) {
   static const std::map<std::string, at::ScalarType> kTypes = {
@@ -118,7 +120,16 @@ class StreamSource : public DataSource {
       throw InputError(display_, "field \"" + f.value("name", "") + "\"", "a dtype or shape the engine cannot take: " + f.dump());
     }
     m.floating = at::isFloatingType(*t);
-    for (const json& d : f["shape"]) m.shape.push_back(d.get<int64_t>());
+    uint64_t bytes = at::elementSize(*t);
+    for (const json& d : f["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || m.shape.size() >= 16) {
+        throw InputError(display_, "field \"" + f.value("name", "") + "\"", "a shape the engine cannot take: " + f["shape"].dump());
+      }
+      m.shape.push_back(d.get<int64_t>());
+      const auto extent = static_cast<uint64_t>(m.shape.back());
+      bytes = extent == 0 ? 0 : (bytes > kMaxFrame / extent ? kMaxFrame + 1 : bytes * extent);
+    }
+    if (bytes > kMaxFrame) throw InputError(display_, "field \"" + f.value("name", "") + "\"", "a tensor over 64 GiB: not batchcheck's protocol");
     return m;
   }
 
@@ -171,7 +182,9 @@ class StreamSource : public DataSource {
     write_all(s.data(), s.size());
   }
   json receive_json() const {
-    std::string s(read_length(), '\0');
+    const uint64_t n = read_length();
+    if (n > kMaxHeader) throw InputError(display_, "", "a header of " + std::to_string(n) + " bytes: not batchcheck's protocol");
+    std::string s(n, '\0');
     read_all(s.data(), s.size());
     json j = json::parse(s, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw InputError(display_, "", "a header that is not a JSON object: not batchcheck's protocol");

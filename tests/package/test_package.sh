@@ -4,13 +4,13 @@
 # toolkit off PATH, the wheel installed there; then the `batchcheck` command, `python -m
 # batchcheck` and the Python package are used from that environment alone.
 #
-#   test_package.sh <source dir> <python with torch> <work dir>
+#   test_package.sh <source dir> <python with torch> <work dir> [<C++ compiler>]
 #
 # The fresh venv gets torch through a .pth file naming the build Python's site-packages (a copy
 # of torch and its CUDA libraries would be 5 GB per run); everything else it has, pip put there.
 # The wheel's objects come from ccache when the default build compiled the same sources.
 set -euo pipefail
-SRC=$1 PY=$2 WORK=$3
+SRC=$1 PY=$2 WORK=$3 CXX_OF_THE_BUILD=${4:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK/dist" "$WORK/src"
 
@@ -33,6 +33,9 @@ unpacked=$(ls -d "$WORK/src"/batchcheck-*)
 echo "== wheel from the sdist, without the CUDA toolkit on PATH" >&2
 nocuda_path=$(tr ':' '\n' <<<"$PATH" | grep -v -i cuda | paste -sd: -)
 settings=(--config-settings=build-dir="$unpacked/build" --config-settings=cmake.define.BATCHCHECK_WERROR=ON)
+# The default build's compiler by the same name: GCC's precompiled headers differ by the driver's
+# name (c++ or x86_64-linux-gnu-g++), and so would every object ccache could share.
+if [[ -n $CXX_OF_THE_BUILD ]]; then export CXX=$CXX_OF_THE_BUILD; fi
 if command -v ccache >/dev/null 2>&1; then
   settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache)")
   export CCACHE_BASEDIR=$unpacked CCACHE_NOHASHDIR=1

@@ -3,9 +3,9 @@ through batchcheck.scan(), each clean and with an injected fault, each compared 
 eager training loop on the same loader: where the loop raises or turns NaN, batchcheck must
 name that batch (and the sample); where the loop trains, batchcheck must pass.
 
-Which path each takes: every model here reaches the engine as TorchScript, scripted where
-torch.jit.script compiles it (MONAI's UNet), else traced on the first batch (timm, smp, and
-transformers with torchscript=True, whose forward returns tuples).
+Which path each takes: every model here reaches the engine as TorchScript. timm's, smp's and
+MONAI's compile with torch.jit.script; BERT and DistilBERT do not (forward takes **kwargs) and
+are traced on the first batch (torchscript=True: forward returns tuples).
 Skipped (with the reason) where a library is not installed."""
 import sys
 import unittest
