@@ -167,6 +167,7 @@ class _Server:
         self.live = None
         self.drawn = []  # the indices the live iterator drew, batch by batch
         self.yielded = 0  # batches it delivered
+        self.delivered = set()  # their indices
         self.first = None
         self.unpatch = None
         self.exhausted = False
@@ -214,7 +215,10 @@ class _Server:
                 raise
             batch = e
         self.yielded += 1
-        return (self.drawn[j] if len(self.drawn) > j else None), batch
+        idx = self.drawn[j] if len(self.drawn) > j else None
+        if idx is not None:
+            self.delivered.add(tuple(idx))
+        return idx, batch
 
     def first_batch(self):
         got = self.next_live()
@@ -231,8 +235,7 @@ class _Server:
         key = tuple(indices)
         if key in self.window:
             return self.window[key]
-        delivered = {tuple(d) for d in self.drawn[:self.yielded]}
-        if key in self.expected and key not in delivered and not self.exhausted:
+        if key in self.expected and key not in self.delivered and not self.exhausted:
             while True:
                 got = self.next_live()
                 if got is None:
