@@ -174,17 +174,6 @@ def jobs_curve(scan, bare, args):
     against the single-process tuned floor (the bare loop with every core's threads), and the
     default (--jobs auto), for J = 1 .. cores."""
     cores = len(os.sched_getaffinity(0))
-    # The Python API runs with the build's own Python (its torch is the build's LibTorch).
-    api_python = None
-    cache = os.path.join(args.build, "CMakeCache.txt")
-    if os.path.exists(cache):
-        for line in open(cache):
-            if line.startswith("BATCHCHECK_PYTHON:"):
-                api_python = line.split("=", 1)[1].strip()
-    api_scan = os.path.join(ROOT, "bench", "python_api_scan.py")
-    os.environ["BATCHCHECK_BINARY"] = scan
-    os.environ["PYTHONPATH"] = os.path.join(ROOT, "python")
-
     rows = {}
     for w in ["p1", "p2"]:
         cfg = os.path.join(args.data, w, "config.json")

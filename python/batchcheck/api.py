@@ -321,6 +321,19 @@ class _Server:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def gate(model, loader, loss, **options):
+    """The training callbacks' scan: the report when it passes, else ScanFailed. The model's
+    train/eval mode is left as it was."""
+    was_training = model.training
+    try:
+        report = scan(model, loader, loss, **options)
+    finally:
+        model.train(was_training)
+    if not report.ok:
+        raise ScanFailed(report)
+    return report
+
+
 def _rng_snapshot(loader):
     held = [(g, _export._get_rng_state(g)) for g in _export._reachable_rngs(loader)]
     glob = (torch.get_rng_state(), random.getstate(), np.random.get_state())

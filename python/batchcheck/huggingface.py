@@ -6,7 +6,7 @@ on_train_begin, before the first step, stopping the run with the report.
 """
 from transformers import TrainerCallback
 
-from batchcheck.api import ScanFailed, scan
+from batchcheck.api import ScanFailed, gate
 
 __all__ = ["BatchCheckCallback"]
 
@@ -24,11 +24,5 @@ class BatchCheckCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
         if train_dataloader is None or model is None:
             raise ScanFailed(None, "batchcheck: the Trainer passed no train dataloader or model to its callbacks")
-        was_training = model.training
-        try:
-            self.report = scan(model, train_dataloader, self.loss, **self.options)
-        finally:
-            model.train(was_training)
-        if not self.report.ok:
-            raise ScanFailed(self.report)
+        self.report = gate(model, train_dataloader, self.loss, **self.options)
         return control

@@ -10,7 +10,7 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl
 
-from batchcheck.api import ScanFailed, scan
+from batchcheck.api import gate
 
 __all__ = ["BatchCheck"]
 
@@ -45,10 +45,4 @@ class BatchCheck(pl.Callback):
     def on_fit_start(self, trainer, pl_module):
         loader = _train_loader(trainer, pl_module)
         model = self.model if self.model is not None else pl_module
-        was_training = model.training
-        try:
-            self.report = scan(model, loader, self.loss, **self.options)
-        finally:
-            model.train(was_training)
-        if not self.report.ok:
-            raise ScanFailed(self.report)
+        self.report = gate(model, loader, self.loss, **self.options)
