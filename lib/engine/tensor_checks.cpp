@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/base/errors.h"
+#include "engine/region_loss.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
@@ -88,6 +89,10 @@ at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const Loss
     case LossType::Mse: return at::mse_loss(out, tgt, red);
     case LossType::L1: return at::l1_loss(out, tgt, red);
     case LossType::SmoothL1: return at::smooth_l1_loss(out, tgt, red, loss.beta);
+    case LossType::Dice:
+    case LossType::DiceCe:
+    case LossType::Jaccard:
+    case LossType::Focal: return region_loss(out, tgt, loss);
     case LossType::None:
     case LossType::Model: break;
   }

@@ -25,6 +25,7 @@ by `input_key`/`target_key`. A collate_fn other than default_collate is describe
 {"inputs": 0} for pad_sequence(batch_first=True, padding_value=0) of the inputs; the first
 batch is built both ways and must agree, else export_scan raises. Needs torch and numpy only.
 """
+import contextlib
 import json
 import os
 import random
@@ -59,6 +60,9 @@ def loss_config(loss):
         return {"type": "none"}
     if isinstance(loss, str) and loss == "model":
         return {"type": "model"}
+    region = _region_loss_config(loss)
+    if region is not None:
+        return region
     kinds = [(nn.CrossEntropyLoss, "cross_entropy"), (nn.NLLLoss, "nll"), (nn.BCEWithLogitsLoss, "bce_with_logits"),
              (nn.BCELoss, "bce"), (nn.MSELoss, "mse"), (nn.L1Loss, "l1"), (nn.SmoothL1Loss, "smooth_l1")]
     for cls, name in kinds:
@@ -66,7 +70,9 @@ def loss_config(loss):
             break
     else:
         raise TypeError("export_scan: batchcheck checks the losses CrossEntropyLoss, NLLLoss, BCEWithLogitsLoss, BCELoss, "
-                        "MSELoss, L1Loss and SmoothL1Loss; got %s (pass loss=None to check the model only)"
+                        "MSELoss, L1Loss and SmoothL1Loss of torch.nn, MONAI's DiceLoss, DiceCELoss and FocalLoss, "
+                        "segmentation_models_pytorch's DiceLoss, JaccardLoss and FocalLoss, and "
+                        "torchvision.ops.sigmoid_focal_loss; got %s (pass loss=None to check the model only)"
                         % type(loss).__name__)
     out = {"type": name}
     if getattr(loss, "reduction", "mean") != "mean":
@@ -83,6 +89,89 @@ def loss_config(loss):
     pos_weight = getattr(loss, "pos_weight", None)
     if pos_weight is not None:
         out["pos_weight"] = pos_weight.detach().cpu().flatten().tolist()
+    return out
+
+
+def _region_loss_config(loss):
+    """The loss section of MONAI's and smp's region losses (read from their attributes, without
+    importing either library), or None for any other loss."""
+    cls = type(loss)
+    module, name = getattr(cls, "__module__", "") or "", cls.__name__
+    if getattr(loss, "__module__", "") == "torchvision.ops.focal_loss" and getattr(loss, "__name__", "") == "sigmoid_focal_loss":
+        # The function itself, with its defaults (alpha 0.25, gamma 2), on logits and masks.
+        return {"type": "focal", "activation": "sigmoid", "target_format": "mask", "alpha": 0.25, "gamma": 2.0}
+    if module.startswith("monai.losses"):
+        return _monai_loss(loss, name)
+    if module.startswith("segmentation_models_pytorch.losses"):
+        return _smp_loss(loss, name)
+    return None
+
+
+def _monai_loss(loss, name):
+    if name == "DiceCELoss":
+        dice = loss.dice
+        out = _monai_dice(dice, "dice_ce", name)
+        out.pop("ignore_index", None)  # DiceCELoss takes none
+        return out
+    if name == "DiceLoss":
+        return _monai_dice(loss, "jaccard" if getattr(loss, "jaccard", False) else "dice", name)
+    if name == "FocalLoss":
+        out = {"type": "focal", "activation": "softmax" if loss.use_softmax else "sigmoid",
+               "target_format": "index" if loss.to_onehot_y else "mask", "gamma": float(loss.gamma)}
+        if isinstance(loss.alpha, float):
+            out["alpha"] = loss.alpha
+        return _with_reduction(_with_ignore(out, loss), loss)
+    raise TypeError("export_scan: of MONAI's losses batchcheck checks DiceLoss, DiceCELoss and FocalLoss; got %s "
+                    "(pass loss=None to check the model only)" % name)
+
+
+def _monai_dice(loss, kind, name):
+    if getattr(loss, "other_act", None) is not None:
+        raise TypeError("export_scan: %s(other_act=...) applies an activation batchcheck cannot name; use sigmoid=True or "
+                        "softmax=True, or pass loss=None to check the model only" % name)
+    activation = "sigmoid" if loss.sigmoid else "softmax" if loss.softmax else "none"
+    out = {"type": kind, "activation": activation, "target_format": "index" if loss.to_onehot_y else "mask"}
+    return _with_reduction(_with_ignore(out, loss), loss)
+
+
+def _smp_loss(loss, name):
+    kinds = {"DiceLoss": "dice", "JaccardLoss": "jaccard", "FocalLoss": "focal"}
+    if name not in kinds:
+        raise TypeError("export_scan: of segmentation_models_pytorch's losses batchcheck checks DiceLoss, JaccardLoss and "
+                        "FocalLoss; got %s (pass loss=None to check the model only)" % name)
+    mode = loss.mode
+    target_format = {"binary": "binary", "multiclass": "classes", "multilabel": "mask"}[mode]
+    from_logits = getattr(loss, "from_logits", True)
+    if name == "FocalLoss":
+        # smp's focal is a sigmoid focal loss per class, on logits (probabilities with from_logits=False).
+        out = {"type": "focal", "activation": "sigmoid" if from_logits else "none", "target_format": target_format}
+        fn = getattr(loss, "focal_loss_fn", None)
+        kw = getattr(fn, "keywords", {}) or {}
+        if kw.get("gamma") is not None:
+            out["gamma"] = float(kw["gamma"])
+        if kw.get("alpha") is not None:
+            out["alpha"] = float(kw["alpha"])
+        red = kw.get("reduction", "mean")
+        if red in ("sum", "none"):
+            out["reduction"] = red
+    else:
+        activation = ("softmax" if mode == "multiclass" else "sigmoid") if from_logits else "none"
+        out = {"type": kinds[name], "activation": activation, "target_format": target_format}
+    return _with_ignore(out, loss)
+
+
+def _with_ignore(out, loss):
+    ignore = getattr(loss, "ignore_index", None)
+    if ignore is not None:
+        out["ignore_index"] = int(ignore)
+    return out
+
+
+def _with_reduction(out, loss):
+    red = getattr(loss, "reduction", "mean")
+    red = getattr(red, "value", red)  # MONAI keeps an enum
+    if red in ("sum", "none"):
+        out["reduction"] = red
     return out
 
 
@@ -441,9 +530,19 @@ def _plain_sequential(loader):
     return type(bs) is BatchSampler and isinstance(bs.sampler, SequentialSampler) and loader.batch_size is not None
 
 
+@contextlib.contextmanager
+def _quiet_jit():
+    """torch 2.x deprecates torch.jit.script/trace with a FutureWarning: that is batchcheck's
+    choice of format for the engine, not the user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, message=r".*torch\.jit\.(script|trace)")
+        yield
+
+
 def _script_or_trace(model, example, mode):
     try:
-        return torch.jit.script(model), "script"
+        with _quiet_jit():
+            return torch.jit.script(model), "script"
     except Exception as e:  # TorchScript cannot compile the model: trace it on a real batch
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         warnings.warn("export_scan: torch.jit.script failed (%s); tracing the model on the first batch in %s mode instead. "
@@ -457,7 +556,7 @@ def _trace(model, example, mode):
     was_training = model.training
     model.train(mode == "train")
     try:
-        with torch.no_grad():
+        with _quiet_jit(), torch.no_grad():
             return torch.jit.trace(model, example, check_trace=False, strict=False)  # dict outputs too
     finally:
         model.train(was_training)

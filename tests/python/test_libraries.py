@@ -6,6 +6,9 @@ name that batch (and the sample); where the loop trains, batchcheck must pass.
 Which path each takes: every model here reaches the engine as TorchScript. timm's, smp's and
 MONAI's compile with torch.jit.script; BERT and DistilBERT do not (forward takes **kwargs) and
 are traced on the first batch (torchscript=True: forward returns tuples).
+The region losses of MONAI and smp (Dice, DiceCE, Jaccard, focal) are checked by their own
+target contracts: where they raise, against the loop; where they train silently on a wrong
+loss, against the loop's loss value leaving [0, 1].
 Skipped (with the reason) where a library is not installed."""
 import sys
 import unittest
@@ -142,6 +145,101 @@ class TestMonai(Case):
         y[6, 0, 0] = 255
         hit = self.check(make, DataLoader(TensorDataset(x, y), batch_size=4), nn.CrossEntropyLoss(), expect="target-out-of-range")
         self.assertEqual(hit.samples, [6])
+
+
+def small_unet(classes):
+    from monai.networks.nets import UNet
+    return lambda: UNet(spatial_dims=2, in_channels=1, out_channels=classes, channels=(8, 16, 32), strides=(2, 2),
+                        num_res_units=1)
+
+
+def eager_gaps(model, loader, loss_fn, correct):
+    """One eager training epoch (it trains through silent faults: nothing may raise); per batch,
+    how far its loss is from the loss of the corrected batch (`correct(prediction, target)`)."""
+    torch.manual_seed(0)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gaps = []
+    for x, y in loader:
+        pred = model(x)
+        loss = loss_fn(pred, y)
+        with torch.no_grad():
+            gaps.append(abs(loss.item() - loss_fn(*correct(pred, y)).item()))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return gaps
+
+
+def region_data(n, classes, channel=True, bad=None, value=255):
+    """(image, target): a 0/1 mask for one class, else class indices ((N, 1, H, W) with `channel`)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(n, 1, 32, 32, generator=g)
+    if classes == 1:
+        y = (torch.rand(n, 1, 32, 32, generator=g) > 0.5).float()
+    else:
+        y = torch.randint(0, classes, (n, 1, 32, 32) if channel else (n, 32, 32), generator=g)
+    if bad is not None:
+        y[bad, ..., :4, :4] = value
+    return TensorDataset(x, y)
+
+
+def as_unit_mask(pred, y):
+    return pred, y.clamp(0, 1)
+
+
+@unittest.skipIf(monai is None or smp is None, "MONAI and segmentation-models-pytorch are needed (scripts/setup.sh installs them)")
+class TestRegionLosses(Case):
+    """MONAI's and smp's own losses. Most of their misuses do not raise: a 0/255 mask or a prediction
+    of logits given as probabilities trains on a wrong loss. There the witness is the eager loop
+    itself: it trains through the batch, on a loss that differs from the corrected batch's, and
+    batchcheck must fail that batch."""
+
+    def silent(self, make, data, loss, correct, expect, batch, samples=None):
+        gaps = eager_gaps(make(), DataLoader(data, batch_size=4), loss, correct)
+        self.assertGreater(gaps[batch], 1e-3, "the fault did not change the loss: %s" % gaps)
+        report = batchcheck.scan(make(), DataLoader(data, batch_size=4), loss, quiet=True)
+        hit = [f for f in report.errors() if f.id == expect]
+        self.assertTrue(hit, errors(report))
+        self.assertEqual(hit[0].batch, batch)
+        if samples is not None:
+            self.assertEqual(hit[0].samples, samples)
+
+    def test_monai_dice_trains_silently_on_a_255_mask(self):
+        loss = monai.losses.DiceLoss(sigmoid=True)
+        self.check(small_unet(1), DataLoader(region_data(8, 1), batch_size=4), loss)
+        self.silent(small_unet(1), region_data(8, 1, bad=6), loss, as_unit_mask, "target-out-of-range", 1, [6])
+
+    def test_monai_dice_without_its_activation_takes_logits_as_probabilities(self):
+        self.silent(small_unet(1), region_data(8, 1), monai.losses.DiceLoss(), lambda p, y: (torch.sigmoid(p), y),
+                    "output-out-of-range", 0)
+
+    def test_monai_dice_ce_class_index_255(self):
+        loss = monai.losses.DiceCELoss(to_onehot_y=True, softmax=True)
+        self.check(small_unet(3), DataLoader(region_data(8, 3), batch_size=4), loss)
+        hit = self.check(small_unet(3), DataLoader(region_data(8, 3, bad=6), batch_size=4), loss, expect="target-out-of-range")
+        self.assertEqual(hit.samples, [6])
+        # Without the channel of one MONAI's one_hot raises; batchcheck says so before.
+        hit = self.check(small_unet(3), DataLoader(region_data(8, 3, channel=False), batch_size=4), loss, expect="shape-mismatch")
+
+    def test_smp_dice_binary_255_mask_and_its_ignore_index(self):
+        make = lambda: smp.Unet("resnet18", encoder_weights=None, classes=1)  # noqa: E731
+        data = region_data(8, 1, bad=6)
+        data.tensors = (data.tensors[0].expand(-1, 3, -1, -1).contiguous(), data.tensors[1])
+        self.silent(make, data, smp.losses.DiceLoss("binary"), as_unit_mask, "target-out-of-range", 1, [6])
+        self.check(make, DataLoader(data, batch_size=4), smp.losses.DiceLoss("binary", ignore_index=255))
+
+    def test_smp_multiclass_jaccard_raises_and_focal_trains_on_label_255(self):
+        data = region_data(8, 3, channel=False, bad=6)
+        hit = self.check(small_unet(3), DataLoader(data, batch_size=4), smp.losses.JaccardLoss("multiclass"),
+                         expect="target-out-of-range")
+        self.assertEqual(hit.samples, [6])
+        # smp's focal compares each label with each class: 255 is background everywhere, silently.
+        focal = smp.losses.FocalLoss("multiclass")
+        self.assertIsNone(eager_loop(small_unet(3)(), DataLoader(data, batch_size=4), focal))
+        report = batchcheck.scan(small_unet(3)(), DataLoader(data, batch_size=4), focal, quiet=True)
+        self.assertEqual(errors(report), [("target-out-of-range", 1, [6])])
+        self.check(small_unet(3), DataLoader(region_data(8, 3, channel=False), batch_size=4), focal)
 
 
 class Tokens(Dataset):

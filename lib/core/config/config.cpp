@@ -26,6 +26,8 @@ constexpr LossName kLossNames[] = {
     {"mse", LossType::Mse},     {"l1", LossType::L1},
     {"smooth_l1", LossType::SmoothL1},         {"none", LossType::None},
     {"model", LossType::Model},
+    {"dice", LossType::Dice},   {"dice_ce", LossType::DiceCe},
+    {"jaccard", LossType::Jaccard},            {"focal", LossType::Focal},
 };
 
 }  // namespace
@@ -224,8 +226,47 @@ void parse_data(const JsonObject& d, const std::string& base, DataConfig& out) {
 }
 
 
+namespace {
+
+// The keys of the region losses (dice, dice_ce, jaccard, focal), and the keys of the others
+// they do not take.
+void parse_region_loss(const JsonObject& l, LossConfig& out) {
+  const bool region = is_region_loss(out.type);
+  const std::string only = "only used with the region losses (type \"dice\", \"dice_ce\", \"jaccard\", \"focal\")";
+  if (auto a = l.choice("activation", {"none", "sigmoid", "softmax"})) {
+    if (!region) l.fail("activation", only);
+    out.activation = *a == "sigmoid" ? Activation::Sigmoid : *a == "softmax" ? Activation::Softmax : Activation::None;
+  }
+  if (auto f = l.choice("target_format", {"mask", "binary", "index", "classes"})) {
+    if (!region) l.fail("target_format", only);
+    out.target_format = *f == "mask" ? TargetFormat::Mask : *f == "binary" ? TargetFormat::Binary
+                        : *f == "index"                   ? TargetFormat::Index
+                                                          : TargetFormat::Classes;
+  }
+  for (const char* key : {"gamma", "alpha"}) {
+    auto v = l.number(key);
+    if (!v) continue;
+    if (out.type != LossType::Focal) l.fail(key, "only used with type \"focal\"");
+    if (*v < 0 || (std::string(key) == "alpha" && *v > 1)) {
+      l.fail(key, std::string("expected a number in ") + (std::string(key) == "alpha" ? "[0, 1]" : "[0, inf)") + ", got " + format_number(*v));
+    }
+    if (std::string(key) == "gamma") out.gamma = *v;
+    else out.alpha = *v;
+  }
+  if (!region) return;
+  for (const char* key : {"weight", "pos_weight", "label_smoothing", "beta"}) {
+    if (l.has(key)) l.fail(key, std::string("not used by type \"") + to_string(out.type) + "\" (batchcheck checks its targets, not its weighting)");
+  }
+  if (out.activation == Activation::Softmax && out.target_format == TargetFormat::Binary) {
+    l.fail("activation", "\"softmax\" over the one channel of a \"binary\" target is 1 everywhere: use \"sigmoid\"");
+  }
+}
+
+}  // namespace
+
 void parse_loss(const JsonObject& l, LossConfig& out) {
-  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta", "aux"});
+  l.reject_unknown({"type", "target", "ignore_index", "reduction", "weight", "pos_weight", "label_smoothing", "beta", "aux",
+                    "activation", "target_format", "gamma", "alpha"});
   if (auto target = l.string("target")) {
     if (target->empty()) l.fail("target", "expected a field name");
     out.target = *target;
@@ -233,10 +274,14 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
   auto type = l.choice("type", loss_type_names());
   if (!type) l.fail("type", "missing required key");
   out.type = *parse_loss_type(*type);
-  if (auto ii = l.integer("ignore_index")) out.ignore_index = *ii;
+  if (auto ii = l.integer("ignore_index")) {
+    out.ignore_index = *ii;
+    out.ignore_index_given = true;
+  }
   if (auto r = l.choice("reduction", {"mean", "sum", "none"})) {
     out.reduction = *r == "mean" ? Reduction::Mean : *r == "sum" ? Reduction::Sum : Reduction::None;
   }
+  parse_region_loss(l, out);
   if (auto w = l.number_list("weight")) out.weight = *w;
   if (const json* pw = l.find("pos_weight")) {
     if (pw->is_number()) {
@@ -335,6 +380,29 @@ const char* to_string(LossType t) {
     if (n.type == t) return n.name;
   }
   return "none";
+}
+
+bool is_region_loss(LossType t) {
+  return t == LossType::Dice || t == LossType::DiceCe || t == LossType::Jaccard || t == LossType::Focal;
+}
+
+const char* to_string(Activation a) {
+  switch (a) {
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Softmax: return "softmax";
+    case Activation::None: break;
+  }
+  return "none";
+}
+
+const char* to_string(TargetFormat f) {
+  switch (f) {
+    case TargetFormat::Binary: return "binary";
+    case TargetFormat::Index: return "index";
+    case TargetFormat::Classes: return "classes";
+    case TargetFormat::Mask: break;
+  }
+  return "mask";
 }
 
 const char* to_string(Reduction r) {

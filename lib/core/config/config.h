@@ -15,7 +15,19 @@ struct RecordedOrder;
 enum class Mode { Train, Eval };
 // Model: forward computes the loss itself from the targets it takes (torchvision's detection
 // models in train mode return a dict of losses, summed as their training recipe does).
-enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model };
+// Dice, DiceCe, Jaccard, Focal: the region losses of MONAI and segmentation-models-pytorch,
+// whose targets are masks or class indices per pixel (region_contract.cpp).
+enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model, Dice, DiceCe, Jaccard, Focal };
+bool is_region_loss(LossType t);
+// How a region loss turns predictions into probabilities (MONAI's sigmoid=/softmax= flags,
+// smp's from_logits with its mode): none means the model already outputs probabilities.
+enum class Activation { None, Sigmoid, Softmax };
+// What a region loss's target is:
+//   Mask:    the prediction's shape, values in [0, 1] (MONAI without to_onehot_y, smp multilabel);
+//   Binary:  one channel, the target with or without it (smp binary mode reshapes both);
+//   Index:   class indices with a channel of one, (N, 1, ...) (MONAI's to_onehot_y);
+//   Classes: class indices (N, ...) as cross_entropy takes them (smp multiclass; (N, 1, ...) too).
+enum class TargetFormat { Mask, Binary, Index, Classes };
 enum class Reduction { Mean, Sum, None };
 // Stream: batches from the user's own DataLoader, served by batchcheck.scan() (Python).
 enum class DataFormat { Npy, Pt, ImageFolder, Stream };
@@ -32,6 +44,8 @@ inline constexpr const char* kPt2NoTrain =
     "a .pt2 program runs as it was exported, without a train mode (BatchNorm and Dropout stay as they were at export): "
     "remove \"mode\", or scan the TorchScript archive of the model for train-mode checks";
 const char* to_string(LossType t);
+const char* to_string(Activation a);
+const char* to_string(TargetFormat f);
 const char* to_string(Reduction r);
 const char* to_string(DataFormat f);
 const char* to_string(SamplerKind k);
@@ -162,6 +176,11 @@ struct LossConfig {
   // loss.target: the data field the loss compares the prediction with (applied to data.targets).
   std::optional<std::string> target;
   int64_t ignore_index = -100;
+  bool ignore_index_given = false;  // region losses ignore nothing unless told (MONAI's and smp's None)
+  Activation activation = Activation::None;   // region losses
+  TargetFormat target_format = TargetFormat::Mask;
+  double gamma = 2.0;                          // focal
+  std::optional<double> alpha;                 // focal: the positives' weight in [0, 1]
   Reduction reduction = Reduction::Mean;
   std::vector<double> weight;      // per-class weights (cross_entropy, nll) or elementwise (bce)
   std::vector<double> pos_weight;  // bce_with_logits; one value broadcasts

@@ -17,6 +17,11 @@ std::string json_literal(const std::string& s) {
 }
 
 bool class_loss(LossType t) { return t == LossType::CrossEntropy || t == LossType::Nll; }
+// Class-index targets, of a class loss or of a region loss told so.
+bool class_targets(const LossConfig& l) {
+  return class_loss(l.type) ||
+         (is_region_loss(l.type) && (l.target_format == TargetFormat::Index || l.target_format == TargetFormat::Classes));
+}
 
 // A Python name for an extra output: out_aux, out_1.
 std::string key_name(const std::string& key) {
@@ -76,7 +81,8 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
                                     (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
   return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
           std::string("needs your Dataset object as `dataset` and the model as `model`") +
-              (c.collate_pads ? " and your padding collate function as `collate_fn`" : ""),
+              (c.collate_pads ? " and your padding collate function as `collate_fn`" : "") +
+              (with_loss && is_region_loss(c.loss.type) ? ", and your loss object as `loss_fn`" : ""),
           {}};
 }
 
@@ -112,9 +118,14 @@ std::vector<int64_t> shape_of(const nlohmann::ordered_json& j) {
 }
 
 // How to make the target fit the prediction; nullopt where reshaping the target is not the fix.
-std::optional<std::string> reshape_target(const std::vector<int64_t>& out, const std::vector<int64_t>& tgt, LossType loss) {
+std::optional<std::string> reshape_target(const std::vector<int64_t>& out, const std::vector<int64_t>& tgt, const LossConfig& l) {
   if (out.empty() || tgt.empty()) return std::nullopt;
-  if (class_loss(loss)) {
+  if (is_region_loss(l.type) && l.target_format == TargetFormat::Index) {
+    // MONAI's class indices keep a channel of one: (N, 1, d...).
+    if (tgt.size() + 1 == out.size()) return "target = target.unsqueeze(1)";
+    return std::nullopt;
+  }
+  if (class_targets(l)) {
     // Predictions (N, C, d...), class targets (N, d...): masks stored as (N, 1, H, W).
     if (tgt.size() == out.size() && tgt.size() >= 2 && tgt[1] == 1) return "target = target.squeeze(1)";
     return std::nullopt;
@@ -137,6 +148,17 @@ std::string python_indices(const std::vector<int64_t>& indices) {
   return "[" + join_ints(indices) + "]";
 }
 
+std::string loss_class(LossType t) {
+  switch (t) {
+    case LossType::Dice: return "DiceLoss";
+    case LossType::DiceCe: return "DiceCELoss";
+    case LossType::Jaccard: return "JaccardLoss";
+    case LossType::Focal: return "FocalLoss";
+    default: break;
+  }
+  return to_string(t);
+}
+
 std::string loss_constructor(const LossConfig& l) {
   std::string name;
   switch (l.type) {
@@ -147,6 +169,10 @@ std::string loss_constructor(const LossConfig& l) {
     case LossType::Mse: name = "nn.MSELoss"; break;
     case LossType::L1: name = "nn.L1Loss"; break;
     case LossType::SmoothL1: name = "nn.SmoothL1Loss"; break;
+    case LossType::Dice:
+    case LossType::DiceCe:
+    case LossType::Jaccard:
+    case LossType::Focal: return "loss_fn";  // MONAI's or smp's object, as the user built it
     case LossType::None:
     case LossType::Model: return "";
   }
@@ -201,7 +227,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
     auto tgt = shape_of(f.evidence.value("target_shape", nlohmann::ordered_json()));
     // A prediction whose batch dimension is wrong is the model's fault (batch-dim-mismatch).
     const bool batch_ok = !out.empty() && static_cast<uint64_t>(out[0]) == size;
-    if (auto code = batch_ok ? reshape_target(out, tgt, loss) : std::nullopt) {
+    if (auto code = batch_ok ? reshape_target(out, tgt, c.loss) : std::nullopt) {
       f.fixes.push_back({"reshape-target", "make the target's shape match what the loss expects", *code,
                          "check that the reshaped target still lines up sample by sample", {}});
     }
@@ -214,12 +240,18 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "nn.BCEWithLogitsLoss()  # model returns logits",
                          "numerically stable; apply torch.sigmoid at inference", {}});
     }
+    if (id == "output-out-of-range" && is_region_loss(loss) && c.loss.activation == Activation::None) {
+      f.fixes.push_back({"loss-activation", "let the loss apply the model's activation to its logits",
+                         "DiceLoss(sigmoid=True)  # MONAI (softmax=True for several classes); smp: DiceLoss(mode, from_logits=True)",
+                         "batchcheck.scan() reads the flag from the loss object; a config says \"activation\": \"sigmoid\" (or \"softmax\")",
+                         {}});
+    }
     if (id == "output-out-of-range") {
       if (loss == LossType::Nll) {
         f.fixes.push_back({"log-softmax-output", "return log-probabilities", "F.log_softmax(logits, dim=1)",
                            "or return logits and use cross_entropy", {}});
       }
-      f.fixes.push_back({"clamp-predictions", "clamp predictions into the allowed range",
+      if (!is_region_loss(loss)) f.fixes.push_back({"clamp-predictions", "clamp predictions into the allowed range",
                          loss == LossType::Bce ? "pred = pred.clamp(1e-7, 1 - 1e-7)" : "pred = pred.clamp(lo, hi)",
                          "hides the cause; gradients vanish outside the range", {}});
     }
@@ -230,9 +262,13 @@ void attach_fixes(Finding& f, const FixContext& c) {
     const bool class_indices = f.evidence.contains("classes");
     if (class_indices) {
       std::string v = vals.empty() ? "255" : format_number(vals[0].get<double>());
-      f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
-                         std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") + "(ignore_index=" + v + ")",
-                         "samples or pixels labelled " + v + " stop contributing to the loss", {}});
+      if (loss != LossType::DiceCe) {  // MONAI's DiceCELoss takes no ignore_index
+        f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
+                           is_region_loss(loss) ? "loss_fn = " + loss_class(loss) + "(..., ignore_index=" + v + ")  # MONAI and smp both take it"
+                                                : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
+                                                      "(ignore_index=" + v + ")",
+                           "samples or pixels labelled " + v + " stop contributing to the loss", {}});
+      }
       f.fixes.push_back({"remap-labels", "map out-of-range labels to valid classes in the dataset",
                          "target[target == " + v + "] = <class>", "changes the labels", {}});
     } else if (class_loss(loss)) {
@@ -254,7 +290,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "np.isfinite(x.reshape(len(x), -1)).all(axis=1)  # keep mask",
                        "fewer samples, or imputed values", {}});
   } else if (id == "target-dtype") {
-    const bool cls = class_loss(loss);
+    const bool cls = class_targets(c.loss);
     f.fixes.push_back({"cast-target", cls ? "cast class indices to int64" : "cast targets to the prediction's dtype",
                        cls ? "target = target.long()" : "target = target.to(prediction.dtype)",
                        "a cast in the Dataset or collate_fn; the values are unchanged", {}});

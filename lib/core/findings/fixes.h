@@ -28,8 +28,10 @@ struct FixContext {
 // Appends the fixes for a replay or probe finding (not the geometry findings).
 void attach_fixes(Finding& f, const FixContext& ctx);
 
+// The class name of a region loss in MONAI and smp ("DiceLoss"); the config name otherwise.
+std::string loss_class(LossType t);
 // `nn.BCELoss()`, `nn.CrossEntropyLoss(ignore_index=255)`: the loss as the user would
-// construct it, with the configured options.
+// construct it, with the configured options (`loss_fn` for a region loss: the user's object).
 std::string loss_constructor(const LossConfig& loss);
 // `range(8, 16)` for consecutive indices, else `[3, 9, 1]`.
 std::string python_indices(const std::vector<int64_t>& indices);

@@ -12,6 +12,8 @@ namespace cuda_text {
 inline constexpr const char* kBceInput = "Assertion `input_val >= zero && input_val <= one` failed.";
 inline constexpr const char* kBceTarget = "Assertion `target_val >= zero && target_val <= one` failed.";
 inline constexpr const char* kClass = "Assertion `t >= 0 && t < n_classes` failed.";
+// scatter_ of a class index out of range (MONAI's one_hot).
+inline constexpr const char* kScatterIndex = "Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed.";
 inline constexpr const char* kClassNone = "Assertion `cur_target >= 0 && cur_target < n_classes` failed.";
 }  // namespace cuda_text
 

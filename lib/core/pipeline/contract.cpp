@@ -105,6 +105,14 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
     case LossType::None:
       if (checks.output_range) plan.output_rule = intersect(ValueRule{}, checks.output_range);
       break;
+    case LossType::Dice:
+    case LossType::DiceCe:
+    case LossType::Jaccard:
+    case LossType::Focal:
+      // Without an activation the loss takes the prediction as probabilities: logits there
+      // give a Dice of no meaning (negative, unbounded) and train silently.
+      plan.output_rule = intersect(loss.activation == Activation::None ? unit_rule() : finite_rule(), checks.output_range);
+      break;
     default: plan.output_rule = intersect(finite_rule(), checks.output_range); break;
   }
   if (plan.output_rule && !output.floating) {
@@ -114,6 +122,11 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
 
   if (t == LossType::None || !target.present) {
     plan.can_compute_loss = false;
+    return plan;
+  }
+
+  if (is_region_loss(t)) {
+    plan_region_contract(loss, checks, output, target, plan);
     return plan;
   }
 

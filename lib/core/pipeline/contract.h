@@ -33,6 +33,11 @@ struct ContractPlan {
 ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, uint64_t batch_size,
                            const TensorMeta& output, const TensorMeta& target);
 
+// The region losses' part of plan_contract (region_contract.cpp): their targets' shapes and
+// values, given a prediction of (N, C, ...).
+void plan_region_contract(const LossConfig& loss, const ChecksConfig& checks, const TensorMeta& output,
+                          const TensorMeta& target, ContractPlan& plan);
+
 // The rule for inputs: floating inputs must be finite.
 std::optional<ValueRule> input_rule(const TensorMeta& input);
 

@@ -9,8 +9,11 @@ std::optional<LocalizePlan> plan_localize(const std::vector<Emitted>& emitted, c
   LocalizePlan p;
   for (const auto& e : emitted) {
     const bool nonfinite = e.id == "output-nonfinite" || e.id == "loss-nonfinite";
-    // An extra output's range is not the prediction's: only its NaN is localized.
-    const bool range = e.id == "output-out-of-range" && !e.evidence.contains("output") && rule && (rule->lo || rule->hi);
+    // An extra output's range is not the prediction's: only its NaN is localized. Neither is
+    // a region loss's (logits given as probabilities): no layer is at fault but the loss's
+    // missing activation.
+    const bool range = e.id == "output-out-of-range" && !e.evidence.contains("output") && !e.evidence.contains("activation") &&
+                       rule && (rule->lo || rule->hi);
     if ((!nonfinite && !range) || localized[e.id] >= kLocalizePerId) continue;
     if (std::find(p.ids.begin(), p.ids.end(), e.id) != p.ids.end()) continue;
     p.ids.push_back(e.id);

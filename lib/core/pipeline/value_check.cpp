@@ -61,8 +61,8 @@ bool violates(T v, const ValueRule& rule, double lo, double hi) {
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(v)) return rule.finite;
   }
+  if (rule.ignore_index && static_cast<double>(v) == static_cast<double>(*rule.ignore_index)) return false;
   if (rule.class_index) {
-    if (rule.ignore_index && static_cast<int64_t>(v) == *rule.ignore_index) return false;
     return v < 0 || static_cast<int64_t>(v) >= rule.classes;
   }
   const double d = static_cast<double>(v);
@@ -160,7 +160,7 @@ ValueStats run(const T* data, uint64_t rows, uint64_t row_elements, const ValueR
       const double d = static_cast<double>(v);
       if (!(d >= s.min)) s.min = std::isnan(s.min) ? d : std::min(s.min, d);
       if (!(d <= s.max)) s.max = std::isnan(s.max) ? d : std::max(s.max, d);
-      if (rule.class_index && rule.ignore_index && static_cast<int64_t>(v) == *rule.ignore_index) {
+      if (rule.ignore_index && d == static_cast<double>(*rule.ignore_index)) {
         ++s.ignored;
         continue;
       }

@@ -13,7 +13,8 @@ namespace batchcheck {
 struct ValueRule {
   bool finite = true;              // NaN/Inf are violations
   std::optional<double> lo, hi;    // inclusive bounds
-  // Class indices: every value must lie in [0, classes) or equal ignore_index.
+  // Class indices: every value must lie in [0, classes). A value equal to ignore_index never
+  // violates (a class index, or a mask value a region loss ignores).
   bool class_index = false;
   int64_t classes = 0;
   std::optional<int64_t> ignore_index;

@@ -27,6 +27,37 @@ nlohmann::ordered_json stats_json(const ValueStats& s) {
   return j;
 }
 
+// Why a region loss holds its predictions or mask targets to [0, 1]: it raises on neither.
+std::string region_contract_text(Slot slot, const LossConfig& loss) {
+  const std::string name = to_string(loss.type);
+  if (slot == Slot::Output) {
+    return " (" + name + " with activation \"none\" takes probabilities; logits train silently on a wrong loss: "
+           "give the loss its sigmoid or softmax)";
+  }
+  return " (" + name + " takes a binary or one-hot mask; any other value trains silently on a wrong loss)";
+}
+
+// What a class index out of range does in each region loss: MONAI's one_hot scatters it
+// (an index error; a device-side assert on CUDA), smp's dice and jaccard call F.one_hot (which
+// raises), smp's focal compares it with each class and trains on it as background everywhere.
+void region_class_error(const LossConfig& loss, const ValueRule& rule, const ValueStats& rg, nlohmann::ordered_json& ev,
+                        std::string& cuda) {
+  if (rg.bad_values.empty()) return;
+  const std::string v = format_number(rg.bad_values.front());
+  if (loss.target_format == TargetFormat::Index) {
+    ev["pytorch_cpu_error"] = "index " + v + " is out of bounds for dimension 1 with size " + std::to_string(rule.classes);
+    cuda = cuda_text::kScatterIndex;
+  } else if (loss.type == LossType::Focal) {
+    ev["pytorch_cpu_error"] = nullptr;
+    ev["silent"] = "the pixel matches no class: it trains as background of every class";
+  } else if (loss.type == LossType::DiceCe) {
+    ev["pytorch_cpu_error"] = "Target " + v + " is out of bounds.";
+    cuda = cuda_text::kClass;
+  } else {
+    ev["pytorch_cpu_error"] = "Class values must be smaller than num_classes.";
+  }
+}
+
 }  // namespace
 
 std::vector<uint64_t> all_rows(uint64_t n) {
@@ -88,7 +119,16 @@ std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const Tens
             (rule.ignore_index ? " or equal ignore_index " + std::to_string(*rule.ignore_index) : std::string()) +
             "; found " + join(vals) + " (" + plural(rg.below + rg.above, "value") + " in " +
             plural(rg.bad_rows_total, "sample") + ")";
-      if (!rg.bad_values.empty()) ev["pytorch_cpu_error"] = "Target " + format_number(rg.bad_values.front()) + " is out of bounds.";
+      if (is_region_loss(loss)) {
+        region_class_error(loss_cfg, rule, rg, ev, cuda);
+      } else if (!rg.bad_values.empty()) {
+        ev["pytorch_cpu_error"] = "Target " + format_number(rg.bad_values.front()) + " is out of bounds.";
+      }
+    } else if (is_region_loss(loss)) {
+      if (slot == Slot::Output) ev["activation"] = to_string(loss_cfg.activation);
+      msg = what + " must lie in " + bounds_text(rule) + region_contract_text(slot, loss_cfg) + "; found min " +
+            format_number(rg.min) + ", max " + format_number(rg.max) + " (" + plural(rg.below + rg.above, "value") + " in " +
+            plural(rg.bad_rows_total, "sample") + ")";
     } else {
       const bool bce = loss == LossType::Bce || loss == LossType::BceWithLogits;
       std::string contract = slot == Slot::Output && loss == LossType::Nll ? " (log-probabilities for nll)"

@@ -143,9 +143,9 @@ TEST(ConfigErrors, ExactMessages) {
        R"(batchcheck: error: cfg.json: loader.shuffle: expected true or false, got "yes")"},
       {with("loss", R"({"type": "bce_logits"})"),
        R"(batchcheck: error: cfg.json: loss.type: unknown value "bce_logits"; did you mean "bce_with_logits"?)"},
-      {with("loss", R"({"type": "focal"})"),
-       "batchcheck: error: cfg.json: loss.type: unknown value \"focal\" (expected one of: bce, bce_with_logits, "
-       "cross_entropy, nll, mse, l1, smooth_l1, none, model)"},
+      {with("loss", R"({"type": "hinge"})"),
+       "batchcheck: error: cfg.json: loss.type: unknown value \"hinge\" (expected one of: bce, bce_with_logits, "
+       "cross_entropy, nll, mse, l1, smooth_l1, none, model, dice, dice_ce, jaccard, focal)"},
       {with("loss", R"({"reduction": "mean"})"), "batchcheck: error: cfg.json: loss.type: missing required key"},
       {with("checks", R"({"output_range": [1, 0]})"),
        "batchcheck: error: cfg.json: checks.output_range: low bound 1 is greater than high bound 0"},
@@ -444,6 +444,38 @@ TEST(Config, LossAuxListsExtraOutputsWithTheirWeights) {
   EXPECT_EQ(error_of(R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"}, "loader": {"batch_size": 8},
                         "loss": {"type": "cross_entropy", "aux": {"aux": 1}}})"),
             R"(batchcheck: error: cfg.json: loss.aux: needs model.output: the model returns several outputs, and model.output names the prediction among them)");
+}
+
+TEST(Config, RegionLosses) {
+  auto text = [](const std::string& loss) {
+    return R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"}, "loader": {"batch_size": 8}, "loss": )" +
+           loss + "}";
+  };
+  Config cfg = parse_config("cfg.json", text(R"({"type": "dice", "activation": "softmax", "target_format": "index", "ignore_index": 255})"), "/base");
+  EXPECT_EQ(cfg.loss.type, LossType::Dice);
+  EXPECT_EQ(cfg.loss.activation, Activation::Softmax);
+  EXPECT_EQ(cfg.loss.target_format, TargetFormat::Index);
+  EXPECT_TRUE(cfg.loss.ignore_index_given);
+  Config plain = parse_config("cfg.json", text(R"({"type": "jaccard"})"), "/base");
+  EXPECT_EQ(plain.loss.activation, Activation::None);
+  EXPECT_EQ(plain.loss.target_format, TargetFormat::Mask);
+  EXPECT_FALSE(plain.loss.ignore_index_given);
+  Config focal = parse_config("cfg.json", text(R"({"type": "focal", "gamma": 1.5, "alpha": 0.25})"), "/base");
+  EXPECT_EQ(focal.loss.gamma, 1.5);
+  EXPECT_EQ(focal.loss.alpha, 0.25);
+
+  EXPECT_EQ(error_of(text(R"({"type": "cross_entropy", "activation": "softmax"})")),
+            R"(batchcheck: error: cfg.json: loss.activation: only used with the region losses (type "dice", "dice_ce", "jaccard", "focal"))");
+  EXPECT_EQ(error_of(text(R"({"type": "dice", "gamma": 2})")), R"(batchcheck: error: cfg.json: loss.gamma: only used with type "focal")");
+  EXPECT_EQ(error_of(text(R"({"type": "focal", "alpha": 2})")), R"(batchcheck: error: cfg.json: loss.alpha: expected a number in [0, 1], got 2)");
+  EXPECT_EQ(error_of(text(R"({"type": "dice", "weight": [1, 2]})")),
+            R"(batchcheck: error: cfg.json: loss.weight: not used by type "dice" (batchcheck checks its targets, not its weighting))");
+  EXPECT_EQ(error_of(text(R"({"type": "dice", "activation": "softmax", "target_format": "binary"})")),
+            R"(batchcheck: error: cfg.json: loss.activation: "softmax" over the one channel of a "binary" target is 1 everywhere: use "sigmoid")");
+  EXPECT_EQ(error_of(text(R"({"type": "dice", "target_format": "indices"})")).rfind(
+                R"(batchcheck: error: cfg.json: loss.target_format: )", 0),
+            0u);
+  EXPECT_NE(error_of(text(R"({"type": "dise"})")).find(R"(did you mean "dice"?)"), std::string::npos);
 }
 
 TEST(Config, ListCollateAndTheModelsOwnLoss) {

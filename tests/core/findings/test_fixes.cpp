@@ -171,6 +171,51 @@ TEST(Fixes, ReproduceUsesTheWholeFailingBatchTheModeAndTheLossOptions) {
   EXPECT_EQ(f.fixes.back().title, "reproduce it in Python on the same samples (batch 7)");
 }
 
+// A region loss is the user's own object (MONAI's or smp's): the fixes name it so, and say
+// what its constructor takes.
+TEST(Fixes, RegionLossesNameTheUsersLossObject) {
+  LoaderCase s{1041, 8, 1, false, LossType::Dice};
+  Geometry g = geometry(s);
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::Dice;
+  ctx.loss.target_format = TargetFormat::Index;
+  ctx.batch_indices = {8, 9};
+  auto fixes = [&](const char* id, nlohmann::ordered_json ev) {
+    Finding f;
+    f.id = id;
+    f.severity = Severity::Error;
+    f.batch = 1;
+    f.samples = {9};
+    f.evidence = std::move(ev);
+    f.evidence["batch_size"] = 8;
+    attach_fixes(f, ctx);
+    return f.fixes;
+  };
+  auto cls = fixes("target-out-of-range", {{"classes", 3}, {"offending_values", {255}}});
+  ASSERT_EQ(cls.size(), 2u);
+  EXPECT_EQ(cls[0].id, "ignore-index");
+  EXPECT_EQ(cls[0].code, "loss_fn = DiceLoss(..., ignore_index=255)  # MONAI and smp both take it");
+  auto shape = fixes("shape-mismatch", {{"output_shape", {8, 3, 4, 4}}, {"target_shape", {8, 4, 4}}});
+  ASSERT_GE(shape.size(), 2u);
+  EXPECT_EQ(shape[0].code, "target = target.unsqueeze(1)");
+  EXPECT_EQ(shape.back().code,
+            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in [8, 9]]); "
+            "model.train(True); out = model(x); loss = loss_fn(out, y)");
+  EXPECT_EQ(shape.back().tradeoff, "needs your Dataset object as `dataset` and the model as `model`, and your loss object as `loss_fn`");
+  ctx.loss.activation = Activation::None;
+  ctx.loss.target_format = TargetFormat::Mask;
+  auto out = fixes("output-out-of-range", {{"min", -3.5}, {"max", 4}});
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].id, "loss-activation");
+  // MONAI's DiceCELoss takes no ignore_index: only the remap is offered.
+  ctx.loss.type = LossType::DiceCe;
+  ctx.loss.target_format = TargetFormat::Index;
+  auto ce = fixes("target-out-of-range", {{"classes", 3}, {"offending_values", {255}}});
+  ASSERT_EQ(ce.size(), 1u);
+  EXPECT_EQ(ce[0].id, "remap-labels");
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));

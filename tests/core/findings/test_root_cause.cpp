@@ -175,4 +175,8 @@ TEST(LocalizeStage, FirstFewBatchesPerIdNanBeforeRange) {
   aux.evidence["output"] = "aux";
   std::map<std::string, unsigned> fresh;
   EXPECT_FALSE(plan_localize({aux}, bce, 4, fresh));
+  // Nor a region loss's without its activation: the logits are everywhere, the loss is at fault.
+  Emitted logits = range;
+  logits.evidence["activation"] = "none";
+  EXPECT_FALSE(plan_localize({logits}, bce, 4, fresh));
 }

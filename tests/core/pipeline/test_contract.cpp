@@ -114,3 +114,101 @@ TEST(Contract, TheModelsOwnLossHasNoPredictionContract) {
   EXPECT_FALSE(plan.target_rule);
   EXPECT_TRUE(plan.can_compute_loss);
 }
+
+namespace {
+LossConfig region(LossType t, TargetFormat f, Activation a = Activation::Sigmoid) {
+  LossConfig l = loss(t);
+  l.target_format = f;
+  l.activation = a;
+  return l;
+}
+}  // namespace
+
+TEST(RegionContract, MaskWantsThePredictionsShapeAndUnitValues) {
+  auto p = plan_contract(region(LossType::Dice, TargetFormat::Mask), {}, 4, meta({4, 1, 8, 8}, "float32"), meta({4, 1, 8, 8}, "uint8"));
+  EXPECT_TRUE(p.issues.empty());
+  EXPECT_TRUE(p.can_compute_loss);
+  EXPECT_EQ(p.target_rule->lo, 0.0);
+  EXPECT_EQ(p.target_rule->hi, 1.0);
+  EXPECT_FALSE(p.target_rule->finite);  // an integer mask holds no NaN
+  EXPECT_FALSE(p.target_rule->ignore_index);
+  EXPECT_FALSE(p.output_rule->lo);      // sigmoid: logits, any finite value
+  auto bad = plan_contract(region(LossType::Dice, TargetFormat::Mask), {}, 4, meta({4, 1, 8, 8}, "float32"), meta({4, 8, 8}, "float32"));
+  EXPECT_EQ(ids(bad), std::vector<std::string>{"shape-mismatch"});
+  EXPECT_EQ(bad.issues[0].message,
+            "dice with target_format \"mask\" needs the target in the prediction's shape [4, 1, 8, 8], got [4, 8, 8] (MONAI: ground "
+            "truth has different shape (torch.Size([4, 8, 8])) from input (torch.Size([4, 1, 8, 8])); class indices want \"index\" or "
+            "\"classes\")");
+  EXPECT_FALSE(bad.can_compute_loss);
+}
+
+TEST(RegionContract, WithoutActivationThePredictionIsAProbability) {
+  auto p = plan_contract(region(LossType::Jaccard, TargetFormat::Mask, Activation::None), {}, 2, meta({2, 3, 4, 4}, "float32"),
+                         meta({2, 3, 4, 4}, "float32"));
+  EXPECT_EQ(p.output_rule->lo, 0.0);
+  EXPECT_EQ(p.output_rule->hi, 1.0);
+}
+
+TEST(RegionContract, BinaryTakesTheTargetWithOrWithoutItsChannel) {
+  for (std::vector<int64_t> t : {std::vector<int64_t>{4, 1, 8, 8}, std::vector<int64_t>{4, 8, 8}}) {
+    auto p = plan_contract(region(LossType::Focal, TargetFormat::Binary), {}, 4, meta({4, 1, 8, 8}, "float32"), meta(t, "float32"));
+    EXPECT_TRUE(p.issues.empty()) << shape_text(t);
+  }
+  auto many = plan_contract(region(LossType::Dice, TargetFormat::Binary), {}, 4, meta({4, 3, 8, 8}, "float32"), meta({4, 8, 8}, "float32"));
+  ASSERT_EQ(ids(many), std::vector<std::string>{"shape-mismatch"});
+  EXPECT_EQ(many.issues[0].message,
+            "dice with target_format \"binary\" needs a prediction of one channel, got 3 in [4, 3, 8, 8] (several classes want "
+            "\"mask\", \"index\" or \"classes\")");
+}
+
+TEST(RegionContract, IndexIsMonaisChannelOfOne) {
+  LossConfig l = region(LossType::DiceCe, TargetFormat::Index, Activation::Softmax);
+  auto p = plan_contract(l, {}, 2, meta({2, 4, 8, 8}, "float32"), meta({2, 1, 8, 8}, "float32"));
+  EXPECT_TRUE(p.issues.empty());
+  EXPECT_TRUE(p.class_targets);
+  EXPECT_TRUE(p.target_rule->class_index);
+  EXPECT_EQ(p.target_rule->classes, 4);
+  EXPECT_EQ(p.target_rule->hi, 3.0);  // float indices are checked by value as well
+  auto flat = plan_contract(l, {}, 2, meta({2, 4, 8, 8}, "float32"), meta({2, 8, 8}, "int64"));
+  ASSERT_EQ(ids(flat), std::vector<std::string>{"shape-mismatch"});
+  EXPECT_EQ(flat.issues[0].message,
+            "dice_ce with target_format \"index\" needs class indices of shape [2, 1, 8, 8] for predictions [2, 4, 8, 8], got [2, 8, "
+            "8] (the channel of one is missing: target.unsqueeze(1), or \"classes\")");
+  auto onehot = plan_contract(l, {}, 2, meta({2, 4, 8, 8}, "float32"), meta({2, 4, 8, 8}, "float32"));
+  ASSERT_EQ(ids(onehot), std::vector<std::string>{"shape-mismatch"});
+  EXPECT_NE(onehot.issues[0].message.find("(MONAI: labels should have a channel with length equal to one)"), std::string::npos);
+  // One channel: MONAI ignores to_onehot_y, and the target is a mask.
+  auto one = plan_contract(l, {}, 2, meta({2, 1, 8, 8}, "float32"), meta({2, 1, 8, 8}, "float32"));
+  EXPECT_FALSE(one.target_rule->class_index);
+  EXPECT_EQ(one.target_rule->hi, 1.0);
+}
+
+TEST(RegionContract, ClassesAreSmpsMulticlass) {
+  LossConfig l = region(LossType::Dice, TargetFormat::Classes, Activation::Softmax);
+  auto p = plan_contract(l, {}, 2, meta({2, 5, 8, 8}, "float32"), meta({2, 8, 8}, "int64"));
+  EXPECT_TRUE(p.issues.empty());
+  EXPECT_EQ(p.target_rule->classes, 5);
+  EXPECT_FALSE(p.target_rule->ignore_index);
+  // F.one_hot takes int64 only.
+  auto u8 = plan_contract(l, {}, 2, meta({2, 5, 8, 8}, "float32"), meta({2, 8, 8}, "uint8"));
+  ASSERT_EQ(ids(u8), std::vector<std::string>{"target-dtype"});
+  EXPECT_EQ(u8.issues[0].message,
+            "dice one-hot encodes class indices with F.one_hot, which needs int64, got uint8 (PyTorch: one_hot is only applicable "
+            "to index tensor of type LongTensor)");
+  // With an ignore_index smp converts first; focal compares without one-hot.
+  l.ignore_index = 255;
+  l.ignore_index_given = true;
+  auto ignored = plan_contract(l, {}, 2, meta({2, 5, 8, 8}, "float32"), meta({2, 8, 8}, "uint8"));
+  EXPECT_TRUE(ignored.issues.empty());
+  EXPECT_EQ(ignored.target_rule->ignore_index, 255);
+  auto focal = plan_contract(region(LossType::Focal, TargetFormat::Classes), {}, 2, meta({2, 5, 8, 8}, "float32"), meta({2, 8, 8}, "uint8"));
+  EXPECT_TRUE(focal.issues.empty());
+  auto floats = plan_contract(l, {}, 2, meta({2, 5, 8, 8}, "float32"), meta({2, 8, 8}, "float32"));
+  EXPECT_EQ(ids(floats), std::vector<std::string>{"target-dtype"});
+}
+
+TEST(RegionContract, PredictionsNeedAChannel) {
+  auto p = plan_contract(region(LossType::Dice, TargetFormat::Mask), {}, 4, meta({4}, "float32"), meta({4}, "float32"));
+  ASSERT_EQ(ids(p), std::vector<std::string>{"shape-mismatch"});
+  EXPECT_EQ(p.issues[0].message, "dice needs predictions of shape (N, C, ...) with a channel dimension; got [4]");
+}

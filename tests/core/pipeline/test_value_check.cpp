@@ -70,6 +70,29 @@ TEST(ValueCheck, ClassIndicesWithIgnoreIndex) {
   EXPECT_EQ(check_values(v.data(), 6, 1, r).bad_rows, (std::vector<uint64_t>{3, 4}));
 }
 
+// A mask a region loss ignores in places (smp's ignore_index=255 in binary mode), and class
+// indices held as floats (MONAI's one_hot takes them).
+TEST(ValueCheck, IgnoredMaskValuesAndFloatClassIndices) {
+  std::vector<float> mask = {0, 1, 255, 0.5f, 2};
+  ValueRule r;
+  r.lo = 0.0;
+  r.hi = 1.0;
+  r.ignore_index = 255;
+  ValueStats s = check_values(mask.data(), 5, 1, r);
+  EXPECT_EQ(s.ignored, 1u);
+  EXPECT_EQ(s.above, 1u);
+  EXPECT_EQ(s.bad_rows, std::vector<uint64_t>{4});
+  std::vector<double> idx = {0, 3, 4, 255};
+  ValueRule c;
+  c.class_index = true;
+  c.classes = 4;
+  c.lo = 0.0;
+  c.hi = 3.0;
+  ValueStats cs = check_values(idx.data(), 4, 1, c);
+  EXPECT_EQ(cs.above, 2u);
+  EXPECT_EQ(cs.bad_values, (std::vector<double>{4, 255}));
+}
+
 TEST(ValueCheck, EmptyTensor) {
   ValueStats s = check_values(static_cast<const float*>(nullptr), 0, 0, ValueRule{});
   EXPECT_TRUE(s.ok());
