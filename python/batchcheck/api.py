@@ -120,6 +120,44 @@ def _fields(batch, input_key, target_key):
                     % type(batch).__name__)
 
 
+class _Keywords(torch.nn.Module):
+    """forward(*tensors) calls model(**{name: tensor}) and returns the prediction (or the loss)
+    it selects: for a model that takes its batch as keywords (Hugging Face's model(**batch)),
+    whose parameters are not in the batch's order (GPT-2: forward(input_ids, past_key_values,
+    attention_mask, ..., labels)). The engine passes the fields positionally, in that order."""
+
+    def __init__(self, model, names, pick):
+        super().__init__()
+        self.model = model
+        self.names = list(names)
+        self.pick = pick
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.names, args)))
+        if isinstance(out, dict):  # a ModelOutput too
+            return out[self.pick]
+        if isinstance(out, (tuple, list)):
+            return out[0]
+        return out
+
+
+def _keyword_names(model, names):
+    """True when forward takes `names` by keyword but not in this positional order."""
+    import inspect
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return False
+    params = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if params[:len(names)] == list(names):
+        return False
+    try:
+        sig.bind(**{n: None for n in names})
+    except TypeError:
+        return False
+    return True
+
+
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16",
            torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
            torch.bool: "bool"}
@@ -348,12 +386,15 @@ def _rng_snapshot(loader):
 
 
 def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_on=None, device=None,
-         input_key="inputs", target_key="targets", args=(), quiet=False):
+         input_key="inputs", target_key=None, args=(), quiet=False):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
     its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
     device: "cpu" (default) or "cuda". args: further `batchcheck scan` flags. quiet: keep the
-    command's text off stderr (it is in report.text either way)."""
+    command's text off stderr (it is in report.text either way). target_key: the targets' key in a
+    dict batch ("targets", else "labels"). A dict batch goes to forward by keyword where forward
+    names its keys but in another order (Hugging Face's model(**batch)); with loss="model" the
+    targets go along (labels=) and the prediction is the output's "loss" (else "logits", or output=)."""
     if not isinstance(loader, DataLoader):
         raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
     if isinstance(loader.dataset, IterableDataset):
@@ -372,14 +413,26 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
     else:
         order = _export._record_order(loader, n)  # restores every RNG it draws from
     restore = _rng_snapshot(loader)
-    server = _Server(loader, order, input_key, target_key)
+    server = _Server(loader, order, input_key, target_key or "targets")
     try:
         server.start_live()
         first = server.first_batch()
+        if target_key is None:
+            target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
+            server.target_key = target_key
         fields = _fields(first, input_key, target_key)
         xs = [t for name, t in fields if name != target_key]
         x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
-        scripted, how = _export._script_or_trace(model, x, mode)
+        call = [name for name, _ in fields if name != target_key]
+        if loss == "model" and target_key in dict(fields):
+            call.append(target_key)  # forward computes its loss from them
+        if isinstance(first, dict) and _keyword_names(model, call):
+            pick = output if output is not None else ("loss" if loss == "model" else "logits")
+            output = None  # the adapter returns it
+            example = tuple(dict(fields)[name] for name in call)
+            scripted = _export._trace(_Keywords(model, call, pick), example, mode)
+        else:
+            scripted, how = _export._script_or_trace(model, x, mode)
         model_path = os.path.join(server.dir, "model.pt")
         try:
             scripted.save(model_path)
