@@ -385,6 +385,7 @@ StagedBatch stage_batch(const DataSource& data, bool lists, const c10::Device& d
     s.failure = LoadFailure{std::move(e.samples), {}};
     return s;
   }
+  s.given = data.given_forward(indices);
   for (const auto& in : s.inputs) {
     s.input_stats.push_back(floating_value(in) ? std::optional<ValueStats>(check_value(in, ValueRule{})) : std::nullopt);
   }

@@ -17,6 +17,13 @@ namespace batchcheck {
 // A field: input k (0 .. input_names().size() - 1, in forward's order) or the target.
 constexpr int kTargetField = -1;
 
+// What the user's model did with a batch in their own process (model.format "eager"): its
+// prediction, or the text of what forward raised.
+struct GivenForward {
+  at::Tensor output;
+  std::string error;
+};
+
 class DataSource {
  public:
   virtual ~DataSource() = default;
@@ -38,6 +45,8 @@ class DataSource {
   virtual uint64_t sample_bytes() const = 0;
   // Each sample's length (its first dimension) in input field k, before padding: what a
   // generated mask marks. Stacked fields: the common length.
+  // model.format "eager": the forward that came with the batch (the stream only).
+  virtual std::optional<GivenForward> given_forward(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
   virtual std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const {
     const TensorMeta m = sample_meta(field);
     return std::vector<int64_t>(indices.size(), m.shape.empty() ? 1 : m.shape[0]);
@@ -80,6 +89,7 @@ struct StagedBatch {
   c10::IValue target_list;  // loader.collate.list: the targets as a list of samples
   std::vector<std::optional<ValueStats>> input_stats;
   std::optional<LoadFailure> failure;  // then no inputs and an undefined target
+  std::optional<GivenForward> given;   // model.format "eager"
 };
 
 // Reads and collates a batch (`lists`: as lists of samples), checks its inputs and moves it to

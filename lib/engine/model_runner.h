@@ -63,5 +63,8 @@ std::unique_ptr<ModelRunner> load_torchscript(const ModelConfig& model, const c1
                                               const std::vector<std::string>& fields, bool lists,
                                               const std::vector<bool>& dicts);
 std::unique_ptr<ModelRunner> load_pt2(const ModelConfig& model, const c10::Device& device);
+// model.format "eager": the forward ran in the user's process (the backend reads its output
+// from the batch), so this runner holds no model: no parameters, no graph, nothing to reset.
+std::unique_ptr<ModelRunner> eager_runner();
 
 }  // namespace batchcheck

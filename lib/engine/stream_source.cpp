@@ -5,7 +5,9 @@
 // Frames: an 8-byte little-endian length, then the payload. The engine sends {"indices": [...]}
 // (or {"hello": 1} first); the peer answers with a JSON header, then one raw frame per field
 // (C-contiguous, native byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
-// {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised.
+// {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised. With
+// model.format "eager" the header may also carry the user's forward: the field
+// "batchcheck.prediction", or {"forward_error": "what forward raised"}.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -105,7 +107,17 @@ class StreamSource : public DataSource {
   struct Batch {
     std::map<std::string, at::Tensor> fields;
     std::optional<json> failure;
+    std::optional<GivenForward> given;
   };
+
+ public:
+  std::optional<GivenForward> given_forward(const std::vector<int64_t>& indices) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (indices != cached_indices_ || !cached_) fetch(indices);
+    return cached_->given;
+  }
+
+ private:
 
   std::string name_of(int field) const {
     return field == kTargetField ? target_name_ : inputs_.at(static_cast<std::size_t>(field));
@@ -208,7 +220,15 @@ class StreamSource : public DataSource {
                                                                    std::to_string(t.nbytes()) + ": not batchcheck's protocol");
         }
         read_all(t.data_ptr(), n);
-        b.fields[name] = std::move(t);
+        if (name == kEagerPredictionField) {
+          b.given = GivenForward{std::move(t), ""};
+        } else {
+          b.fields[name] = std::move(t);
+        }
+      }
+      if (header.contains("forward_error")) {
+        const json& e = header["forward_error"];
+        b.given = GivenForward{at::Tensor(), e.is_string() && !e.get<std::string>().empty() ? e.get<std::string>() : "forward raised"};
       }
     }
     cached_ = std::move(b);

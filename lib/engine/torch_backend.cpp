@@ -96,11 +96,15 @@ class TorchBackend : public Backend {
       throw InputError(cfg.file, "loss.type", "\"model\" passes the targets to forward, which computes the loss, but " +
                                                   cfg.data.path_display + " holds no targets");
     }
-    if (opt.loading) opt.loading(cfg.model.path);
-    load_operator_libraries(cfg.model);
-    model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
-                                                  : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list,
-                                                                     dict_fields());
+    if (cfg.model.format == ModelFormat::Eager) {
+      model_ = eager_runner();
+    } else {
+      if (opt.loading) opt.loading(cfg.model.path);
+      load_operator_libraries(cfg.model);
+      model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
+                                                    : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list,
+                                                                       dict_fields());
+    }
     // Loading reads whole archives into memory and frees them: give that back before the scan.
     ::malloc_trim(0);
   }
@@ -152,6 +156,7 @@ class TorchBackend : public Backend {
     target_ = std::move(s.target);
     target_list_ = std::move(s.target_list);
     input_stats_ = std::move(s.input_stats);
+    given_ = std::move(s.given);
     output_ = at::Tensor();
     aux_.clear();
     loss_terms_.clear();
@@ -197,7 +202,7 @@ class TorchBackend : public Backend {
     try {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      SelectedOutputs out = select_outputs(model_->forward(forward_args()), cfg_);
+      SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output() : model_->forward(forward_args()), cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
       loss_terms_ = std::move(out.loss_terms);
@@ -327,6 +332,14 @@ class TorchBackend : public Backend {
     if (device_.is_cuda() && opt_.sync) torch::cuda::synchronize(device_.index());
   }
 
+  // model.format "eager": what the user's forward returned in their process, or raised there
+  // (thrown here, so that it is classified as any forward's error).
+  c10::IValue given_output() const {
+    if (!given_) throw InputError(cfg_.file, "model.format", "\"eager\" needs each batch's prediction from batchcheck.scan(); the stream sent none");
+    if (!given_->error.empty()) throw std::runtime_error(given_->error);
+    return given_->output.to(device_);
+  }
+
   const Config& cfg_;
   BackendOptions opt_;
   c10::Device device_{c10::kCPU};
@@ -339,6 +352,7 @@ class TorchBackend : public Backend {
   std::vector<at::Tensor> aux_;  // loss.aux's outputs
   std::vector<std::pair<std::string, at::Tensor>> loss_terms_;  // loss type "model": forward's losses
   std::vector<std::optional<ValueStats>> input_stats_;  // per input field, when floating
+  std::optional<GivenForward> given_;  // model.format "eager"
   std::map<int, at::Tensor> checked_;
   // Declared last: destroyed first, so the worker stops before the data it reads goes.
   std::future<StagedBatch> pending_;

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -141,6 +142,33 @@ class _Keywords(torch.nn.Module):
         return out
 
 
+class _EagerForward:
+    """The user's model run eagerly in this process (model.format "eager"), on a copy, so that the
+    scan moves none of their BatchNorm statistics: the prediction of a batch, selected as the
+    engine would (output=, "loss"/"logits" of a dict, the first of a tuple)."""
+
+    def __init__(self, model, names, keywords, pick, mode):
+        import copy
+        self.model = copy.deepcopy(model)
+        self.model.train(mode == "train")
+        self.names, self.keywords, self.pick = list(names), keywords, pick
+        params = list(self.model.parameters())
+        self.device = params[0].device if params else torch.device("cpu")
+
+    def __call__(self, fields):
+        given = dict(fields)
+        args = [given[n].to(self.device) for n in self.names]
+        with torch.no_grad():
+            out = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
+        if isinstance(out, dict):
+            out = out[self.pick]
+        elif isinstance(out, (tuple, list)):
+            out = out[self.pick if isinstance(self.pick, int) else 0]
+        if not isinstance(out, torch.Tensor):
+            raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
+        return out
+
+
 def _keyword_names(model, names):
     """True when forward takes `names` by keyword but not in this positional order."""
     import inspect
@@ -210,6 +238,7 @@ class _Server:
         self.unpatch = None
         self.exhausted = False
         self.error = None
+        self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
         self.path = os.path.join(self.dir, "loader.sock")
@@ -339,10 +368,19 @@ class _Server:
                         _send(conn, json.dumps(self._failure(indices, batch)).encode())
                         continue
                     tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
+                    forward_error = None
+                    if self.forward is not None:
+                        try:
+                            pred = self.forward(tensors)
+                            tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
+                        except Exception as e:  # what their forward raised: the engine classifies it
+                            forward_error = str(e).strip() or type(e).__name__
                     header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
+                    if forward_error is not None:
+                        header["forward_error"] = forward_error
                     _send(conn, json.dumps(header).encode())
                     for _, t in tensors:
-                        _send(conn, t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                        _send(conn, t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         except (OSError, ValueError, KeyError) as e:  # the engine went away, or a malformed request
             self.error = self.error or e
         except Exception as e:  # the loader itself failed: the engine reads a closed socket
@@ -357,6 +395,17 @@ class _Server:
             self.sock.close()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _engine_model(model, call, keywords, fields, x, output, loss, mode):
+    """The model for the engine: traced through the keyword adapter, else scripted or traced;
+    raises where neither works."""
+    if keywords:
+        pick = output if output is not None else ("loss" if loss == "model" else "logits")
+        example = tuple(dict(fields)[name] for name in call)
+        return _export._trace(_Keywords(model, call, pick), example, mode)
+    scripted, _ = _export._script_or_trace(model, x, mode)
+    return scripted
 
 
 def gate(model, loader, loss, **options):
@@ -386,7 +435,7 @@ def _rng_snapshot(loader):
 
 
 def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_on=None, device=None,
-         input_key="inputs", target_key=None, args=(), quiet=False):
+         input_key="inputs", target_key=None, eager=None, args=(), quiet=False):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
     its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
@@ -394,7 +443,11 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
     command's text off stderr (it is in report.text either way). target_key: the targets' key in a
     dict batch ("targets", else "labels"). A dict batch goes to forward by keyword where forward
     names its keys but in another order (Hugging Face's model(**batch)); with loss="model" the
-    targets go along (labels=) and the prediction is the output's "loss" (else "logits", or output=)."""
+    targets go along (labels=) and the prediction is the output's "loss" (else "logits", or output=).
+    eager: None (default) runs forward in this process only where TorchScript can neither script
+    nor trace the model (with a warning); True always; False never (the failure is raised). An
+    eager scan checks the model's outputs, the loss and the batches, not its gradients or weights,
+    and names no root cause."""
     if not isinstance(loader, DataLoader):
         raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
     if isinstance(loader.dataset, IterableDataset):
@@ -426,20 +479,34 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         call = [name for name, _ in fields if name != target_key]
         if loss == "model" and target_key in dict(fields):
             call.append(target_key)  # forward computes its loss from them
-        if isinstance(first, dict) and _keyword_names(model, call):
+        keywords = isinstance(first, dict) and _keyword_names(model, call)
+        scripted = None
+        if eager is not True:
+            try:
+                scripted = _engine_model(model, call, keywords, fields, x, output, loss, mode)
+            except Exception as e:
+                if eager is False:
+                    raise
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward runs "
+                              "eagerly in this process on a copy, and the engine checks what it returns: no gradient checks, "
+                              "no checks of its weights, no root cause" % reason, stacklevel=2)
+        if scripted is None:
+            if aux:
+                raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
             pick = output if output is not None else ("loss" if loss == "model" else "logits")
-            output = None  # the adapter returns it
-            example = tuple(dict(fields)[name] for name in call)
-            scripted = _export._trace(_Keywords(model, call, pick), example, mode)
+            server.forward = _EagerForward(model, call, keywords, pick, mode)
+            model_path = None
         else:
-            scripted, how = _export._script_or_trace(model, x, mode)
-        model_path = os.path.join(server.dir, "model.pt")
-        try:
-            scripted.save(model_path)
-        except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
-            scripted = _export._trace(model, x, mode)
-            scripted.save(model_path)
-        config = {"model": {"path": model_path, "mode": mode},
+            if keywords:
+                output = None  # the adapter returns it
+            model_path = os.path.join(server.dir, "model.pt")
+            try:
+                scripted.save(model_path)
+            except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+                scripted = _export._trace(model, x, mode)
+                scripted.save(model_path)
+        config = {"model": {"path": model_path, "mode": mode} if model_path else {"format": "eager", "mode": mode},
                   "data": {"format": "stream", "path": server.path},
                   "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
                   "loss": _export.loss_config(loss)}
@@ -456,11 +523,11 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             with open(os.path.join(server.dir, "order.json"), "w") as f:
                 json.dump({"samples": n, "ranks": [order]}, f)
             config["loader"]["order"] = os.path.join(server.dir, "order.json")
-        if output is not None:
+        if output is not None and model_path:
             config["model"]["output"] = output
         if aux:
             config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
-        libraries = _export._operator_libraries(scripted)
+        libraries = _export._operator_libraries(scripted) if scripted is not None else []
         if libraries:
             config["model"]["libraries"] = libraries
         cfg_path = os.path.join(server.dir, "config.json")

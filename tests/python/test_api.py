@@ -133,6 +133,24 @@ class TestScan(unittest.TestCase):
         fixed = batchcheck.scan(Net(bn=True), DataLoader(ds, batch_size=8, drop_last=True), nn.CrossEntropyLoss(), quiet=True)
         self.assertTrue(fixed.ok, fixed.text)
 
+    def test_eager_forward_is_checked_like_the_engines(self):
+        # The model stays in this process (eager=True: what a model TorchScript can neither
+        # script nor trace gets); the engine checks what it returns. The same verdicts as above.
+        ds = Pairs(17, nan=[3], labels={9: 255})
+        model = Net(bn=True)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        report = batchcheck.scan(model, DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), eager=True, quiet=True)
+        self.assertTrue(any(n.startswith('model.format "eager"') for n in report.data["notes"]), report.data["notes"])
+        errors = {(f.id, f.batch): f.samples for f in report.findings if f.severity == "error"}
+        self.assertEqual(errors[("input-nonfinite", 0)], [3])
+        self.assertEqual(errors[("target-out-of-range", 1)], [9])
+        self.assertEqual(errors[("batchnorm-single-value", 2)], [16])  # their BatchNorm raised, here
+        # The scan ran a copy: the user's BatchNorm statistics did not move.
+        for k, v in model.state_dict().items():
+            self.assertTrue(torch.equal(v, before[k]), k)
+        with self.assertRaisesRegex(TypeError, "aux= needs the engine's forward"):
+            batchcheck.scan(model, DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), eager=True, aux={"1": 0.5}, quiet=True)
+
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
         def picky(batch):
             if len(batch) < 4:

@@ -5,7 +5,9 @@ name that batch (and the sample); where the loop trains, batchcheck must pass.
 
 Which path each takes: every model here reaches the engine as TorchScript. timm's, smp's and
 MONAI's compile with torch.jit.script; BERT and DistilBERT do not (forward takes **kwargs) and
-are traced on the first batch (torchscript=True: forward returns tuples).
+are traced on the first batch (torchscript=True: forward returns tuples). GPT-2 can be neither
+(its padding mask is built with torch.vmap): its forward runs eagerly in the test's process,
+model(**batch) with its labels, and the engine checks the loss it returns.
 The region losses of MONAI and smp (Dice, DiceCE, Jaccard, focal) are checked by their own
 target contracts: where they raise, against the loop; where they train silently on a wrong
 loss, against the loop's loss value leaving [0, 1].
@@ -262,8 +264,60 @@ class Tokens(Dataset):
         return self.ids[i], self.mask[i], self.labels[i]
 
 
+class Texts(Dataset):
+    """Hugging Face style samples: {"input_ids", "attention_mask", "labels"} (labels -100 on padding)."""
+
+    def __init__(self, n, vocab, bad=None):
+        g = torch.Generator().manual_seed(6)
+        self.ids = torch.randint(1, vocab, (n, 12), generator=g)
+        self.mask = torch.ones(n, 12, dtype=torch.int64)
+        self.mask[::3, 8:] = 0
+        self.labels = self.ids.masked_fill(self.mask == 0, -100)
+        if bad is not None:
+            self.ids[bad, 2] = vocab + 7
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": self.mask[i], "labels": self.labels[i]}
+
+
+def hf_loop(model, loader):
+    """Hugging Face's training step: loss = model(**batch).loss. (batch, message) at its first failure."""
+    torch.manual_seed(0)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for k, batch in enumerate(loader):
+        try:
+            loss = model(**batch).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        except (RuntimeError, IndexError) as e:
+            return k, str(e)
+    return None
+
+
 @unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup.sh installs it)")
 class TestTransformers(Case):
+    def test_gpt2_computes_its_own_loss_from_labels_in_the_users_process(self):
+        # GPT-2's padding mask is built with torch.vmap, which neither TorchScript nor the tracer
+        # takes: batchcheck.scan() runs its forward eagerly (warning), model(**batch) as HF does.
+        from transformers import GPT2Config, GPT2LMHeadModel
+        make = lambda: GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32))  # noqa: E731
+        self.assertIsNone(hf_loop(make(), DataLoader(Texts(12, 100), batch_size=4)))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            clean = batchcheck.scan(make(), DataLoader(Texts(12, 100), batch_size=4), "model", quiet=True)
+        self.assertTrue(clean.ok, clean.text)
+        self.assertTrue(any("runs eagerly" in str(w.message) for w in seen))
+        truth = hf_loop(make(), DataLoader(Texts(12, 100, bad=9), batch_size=4))
+        self.assertEqual(truth[0], 2)
+        report = batchcheck.scan(make(), DataLoader(Texts(12, 100, bad=9), batch_size=4), "model", quiet=True)
+        self.assertEqual(errors(report), [("forward-error", 2, [8, 9, 10, 11])])
+        self.assertIn(truth[1], report.errors()[0].message)
+
     def test_bert_and_distilbert_with_attention_masks_token_id_past_the_vocabulary(self):
         from transformers import BertConfig, BertForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification
         configs = {

@@ -71,12 +71,16 @@ void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out)
       out.libraries.push_back(resolve_path(base, l.get<std::string>()));
     }
   }
-  const std::string path = m.required_string("path");
-  out.path = resolve_path(base, path);
-  if (auto format = m.choice("format", {"torchscript", "pt2"})) {
-    out.format = *format == "pt2" ? ModelFormat::Pt2 : ModelFormat::TorchScript;
-  } else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0) {
-    out.format = ModelFormat::Pt2;
+  auto format = m.choice("format", {"torchscript", "pt2", "eager"});
+  if (format == "eager") {
+    // batchcheck.scan() ran forward itself: no file, the prediction comes with each batch.
+    if (m.has("path")) m.fail("path", "not used with format \"eager\": the prediction comes from the Python process with each batch");
+    out.format = ModelFormat::Eager;
+  } else {
+    const std::string path = m.required_string("path");
+    out.path = resolve_path(base, path);
+    const bool pt2 = format ? *format == "pt2" : path.size() > 4 && path.compare(path.size() - 4, 4, ".pt2") == 0;
+    out.format = pt2 ? ModelFormat::Pt2 : ModelFormat::TorchScript;
   }
   auto mode = m.choice("mode", {"train", "eval"});
   if (mode) out.mode = *mode == "train" ? Mode::Train : Mode::Eval;
@@ -358,11 +362,17 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
   if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {
     c.fail("backward", "a .pt2 program (AOTInductor) has no autograd: backward runs only with a TorchScript archive");
   }
+  if (model.format == ModelFormat::Eager && out.backward.value_or(false)) {
+    c.fail("backward", "an eager forward's graph stays in the Python process: backward runs only with a TorchScript archive");
+  }
 }
 
 }  // namespace
 
-bool backward_enabled(const Config& cfg) { return cfg.checks.backward.value_or(cfg.model.mode == Mode::Train); }
+bool backward_enabled(const Config& cfg) {
+  if (cfg.model.format == ModelFormat::Eager) return false;
+  return cfg.checks.backward.value_or(cfg.model.mode == Mode::Train);
+}
 
 const char* to_string(SamplerKind k) {
   switch (k) {
@@ -459,6 +469,9 @@ Config config_from_json(const std::string& display_path, const json& root, const
   cfg.file = display_path;
   parse_model(top.object("model"), base_dir, cfg.model);
   parse_data(top.object("data"), base_dir, cfg.data);
+  if (cfg.model.format == ModelFormat::Eager && cfg.data.format != DataFormat::Stream) {
+    top.object("model").fail("format", "\"eager\" takes its predictions from batchcheck.scan() (data.format \"stream\"), not from a file");
+  }
   parse_loader(top.object("loader"), base_dir, cfg.loader);
   if (auto loss = top.optional_object("loss")) parse_loss(*loss, cfg.loss);
   if (auto checks = top.optional_object("checks")) parse_checks(*checks, cfg.checks, cfg.model);

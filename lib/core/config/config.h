@@ -31,8 +31,12 @@ enum class TargetFormat { Mask, Binary, Index, Classes };
 enum class Reduction { Mean, Sum, None };
 // Stream: batches from the user's own DataLoader, served by batchcheck.scan() (Python).
 enum class DataFormat { Npy, Pt, ImageFolder, Stream };
-// TorchScript (torch.jit.save) or a torch.export program compiled by AOTInductor (.pt2).
-enum class ModelFormat { TorchScript, Pt2 };
+// TorchScript (torch.jit.save), a torch.export program compiled by AOTInductor (.pt2), or
+// Eager: the user's own model ran forward in their Python process (batchcheck.scan's path for
+// a model TorchScript can neither script nor trace) and the stream carries its prediction.
+enum class ModelFormat { TorchScript, Pt2, Eager };
+// The stream's field that holds an eager forward's prediction (or the loss, with loss "model").
+inline constexpr const char* kEagerPredictionField = "batchcheck.prediction";
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
 // DistributedSampler (its own defaults: shuffle=True, seed=0).
 enum class SamplerKind { Sequential, Random, Distributed };
@@ -65,7 +69,7 @@ enum class InputsKind {
 };
 
 struct ModelConfig {
-  std::string path;  // resolved against the config file's folder
+  std::string path;  // resolved against the config file's folder; empty for Eager
   InputsKind inputs_kind = InputsKind::Single;
   std::vector<std::string> input_fields;  // Positional, Named: the fields, in forward's order
   std::vector<std::string> input_args;    // Named: the argument each field feeds

@@ -209,6 +209,10 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                     "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
   }
   for (const auto& n : extra_notes_) notes.push_back(n);
+  if (cfg_.model.format == ModelFormat::Eager) {
+    notes.push_back("model.format \"eager\": the model ran forward in the Python process; its outputs, the loss and the "
+                    "batches were checked here, not its gradients, its weights or where a bad value was born");
+  }
   if (end.device_lost) {
     notes.push_back("a CUDA device-side assert stopped the scan: the report covers the batches up to it");
   } else if (end.stopped_at_error) {

@@ -446,6 +446,24 @@ TEST(Config, LossAuxListsExtraOutputsWithTheirWeights) {
             R"(batchcheck: error: cfg.json: loss.aux: needs model.output: the model returns several outputs, and model.output names the prediction among them)");
 }
 
+// batchcheck.scan()'s fallback: the model ran in the Python process, so no file and no backward.
+TEST(Config, EagerModelsHaveNoFileAndNoBackward) {
+  auto text = [](const std::string& model, const std::string& checks = "{}") {
+    return R"({"model": )" + model + R"(, "data": {"format": "stream", "path": "s.sock"}, "loader": {"batch_size": 8}, "checks": )" +
+           checks + "}";
+  };
+  Config cfg = parse_config("cfg.json", text(R"({"format": "eager", "mode": "train"})"), "/base");
+  EXPECT_EQ(cfg.model.format, ModelFormat::Eager);
+  EXPECT_EQ(cfg.model.path, "");
+  EXPECT_FALSE(backward_enabled(cfg));  // train mode, yet the graph is in the Python process
+  EXPECT_EQ(error_of(text(R"({"format": "eager", "path": "m.pt"})")),
+            R"(batchcheck: error: cfg.json: model.path: not used with format "eager": the prediction comes from the Python process with each batch)");
+  EXPECT_EQ(error_of(R"({"model": {"format": "eager"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 8}})"),
+            R"(batchcheck: error: cfg.json: model.format: "eager" takes its predictions from batchcheck.scan() (data.format "stream"), not from a file)");
+  EXPECT_EQ(error_of(text(R"({"format": "eager"})", R"({"backward": true})")),
+            R"(batchcheck: error: cfg.json: checks.backward: an eager forward's graph stays in the Python process: backward runs only with a TorchScript archive)");
+}
+
 TEST(Config, RegionLosses) {
   auto text = [](const std::string& loss) {
     return R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"}, "loader": {"batch_size": 8}, "loss": )" +
