@@ -7,7 +7,9 @@
 // (C-contiguous, native byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
 // {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised. With
 // model.format "eager" the header may also carry the user's forward: the field
-// "batchcheck.prediction", or {"forward_error": "what forward raised"}.
+// "batchcheck.prediction", or {"forward_error": "what forward raised"}. A request says how
+// many batches to push "ahead" of it: the epoch's next ones, each header naming its "pushed"
+// indices; {"credit": 1} asks for one more; {"end": true} says there are no more to push.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,6 +35,8 @@ using nlohmann::json;
 // a corrupt frame is refused before anything is allocated for it.
 constexpr uint64_t kMaxFrame = uint64_t{64} << 30;
 constexpr uint64_t kMaxHeader = uint64_t{64} << 20;
+// How many of the epoch's next batches the peer pushes ahead of the one asked for.
+constexpr int kPushAhead = 2;
 
 std::optional<at::ScalarType> stream_dtype(const std::string& s) {
   static const std::map<std::string, at::ScalarType> kTypes = {
@@ -203,36 +207,83 @@ class StreamSource : public DataSource {
     return j;
   }
 
+  // The batch of `indices`: pushed already, or asked for. Asking says how many of the epoch's
+  // next batches to push behind it, and each pushed batch taken asks for one more, so that the
+  // Python process prepares batches while this one checks them instead of taking turns with it
+  // (a round trip per batch costs more than a small batch's check).
   void fetch(const std::vector<int64_t>& indices) const {
-    send_json({{"indices", indices}});
-    json header = receive_json();
+    while (true) {
+      const auto pushed = pushed_.find(indices);
+      if (pushed != pushed_.end()) {
+        cached_ = std::move(pushed->second);
+        pushed_.erase(pushed);
+        cached_indices_ = indices;
+        send_json({{"credit", 1}});
+        ++outstanding_;
+        return;
+      }
+      if (outstanding_ == 0) break;
+      receive_pushed(receive_json());  // a push on its way may be the one wanted
+    }
+    send_json({{"indices", indices}, {"ahead", kPushAhead}});
+    outstanding_ += kPushAhead;
+    while (true) {
+      json header = receive_json();
+      if (header.contains("pushed") || header.contains("end")) {
+        receive_pushed(std::move(header));
+        continue;
+      }
+      cached_ = read_batch(header);
+      cached_indices_ = indices;
+      return;
+    }
+  }
+
+  // A batch pushed ahead (kept for when it is wanted), or the peer's word that it has no more
+  // to push (the epoch's end).
+  void receive_pushed(json header) const {
+    if (header.contains("end")) {
+      outstanding_ = 0;
+      return;
+    }
+    std::vector<int64_t> key;
+    const json& p = header["pushed"];
+    for (const json& i : p.is_array() ? p : json::array({nullptr})) {
+      if (!i.is_number_integer()) throw InputError(display_, "", "a pushed batch without its indices: not batchcheck's protocol");
+      key.push_back(i.get<int64_t>());
+    }
+    if (outstanding_ == 0) throw InputError(display_, "", "a batch pushed unasked: not batchcheck's protocol");
+    --outstanding_;
+    pushed_[key] = read_batch(header);
+  }
+
+  Batch read_batch(const json& header) const {
     Batch b;
     if (header.contains("error")) {
-      b.failure = std::move(header);
-    } else {
-      for (const json& f : header.value("fields", json::array())) {
-        const TensorMeta m = meta_of(f);
-        const std::string name = f.value("name", "");
-        const uint64_t n = read_length();
-        at::Tensor t = at::empty(m.shape, at::TensorOptions().dtype(*stream_dtype(m.dtype)));
-        if (static_cast<uint64_t>(t.nbytes()) != n) {
-          throw InputError(display_, "field \"" + name + "\"", "a frame of " + std::to_string(n) + " bytes for a tensor of " +
-                                                                   std::to_string(t.nbytes()) + ": not batchcheck's protocol");
-        }
-        read_all(t.data_ptr(), n);
-        if (name == kEagerPredictionField) {
-          b.given = GivenForward{std::move(t), ""};
-        } else {
-          b.fields[name] = std::move(t);
-        }
+      b.failure = header;
+      return b;
+    }
+    for (const json& f : header.value("fields", json::array())) {
+      const TensorMeta m = meta_of(f);
+      const std::string name = f.value("name", "");
+      const uint64_t n = read_length();
+      at::Tensor t = at::empty(m.shape, at::TensorOptions().dtype(*stream_dtype(m.dtype)));
+      if (static_cast<uint64_t>(t.nbytes()) != n) {
+        throw InputError(display_, "field \"" + name + "\"", "a frame of " + std::to_string(n) + " bytes for a tensor of " +
+                                                                 std::to_string(t.nbytes()) + ": not batchcheck's protocol");
       }
-      if (header.contains("forward_error")) {
-        const json& e = header["forward_error"];
-        b.given = GivenForward{at::Tensor(), e.is_string() && !e.get<std::string>().empty() ? e.get<std::string>() : "forward raised"};
+      read_all(t.data_ptr(), n);
+      if (name == kEagerPredictionField) {
+        b.given = GivenForward{std::move(t), ""};
+      } else {
+        b.fields[name] = std::move(t);
       }
     }
-    cached_ = std::move(b);
-    cached_indices_ = indices;
+    if (header.contains("forward_error")) {
+      const json& e = header["forward_error"];
+      b.given = GivenForward{at::Tensor(), e.is_string() && !e.get<std::string>().empty() ? e.get<std::string>() : "forward raised"};
+    }
+    return b;
   }
 
   // The user's own collate_fn or Dataset raised: the batch's load failure, as with files. Where
@@ -265,6 +316,8 @@ class StreamSource : public DataSource {
   mutable std::mutex mu_;
   mutable std::vector<int64_t> cached_indices_;
   mutable std::optional<Batch> cached_;
+  mutable std::map<std::vector<int64_t>, Batch> pushed_;  // batches pushed ahead, not yet wanted
+  mutable int outstanding_ = 0;  // pushes asked for and not yet received
 };
 
 }  // namespace
