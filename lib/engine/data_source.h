@@ -45,6 +45,9 @@ class DataSource {
   virtual uint64_t sample_bytes() const = 0;
   // Each sample's length (its first dimension) in input field k, before padding: what a
   // generated mask marks. Stacked fields: the common length.
+  // Shared libraries of operators the model needs beyond model.libraries: the ones the Python
+  // process that serves the stream found in the model it prepared (it says so in its greeting).
+  virtual std::vector<std::string> operator_libraries() const { return {}; }
   // model.format "eager": the forward that came with the batch (the stream only).
   virtual std::optional<GivenForward> given_forward(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
   virtual std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const {

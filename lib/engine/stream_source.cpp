@@ -3,8 +3,10 @@
 // copied to disk; a fresh engine child (after a crash) connects again and asks for the next one.
 //
 // Frames: an 8-byte little-endian length, then the payload. The engine sends {"indices": [...]}
-// (or {"hello": 1} first); the peer answers with a JSON header, then one raw frame per field
-// (C-contiguous, native byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
+// (or {"hello": 1} first, answered with the samples, the fields and the operator libraries the
+// model needs: the peer may still be preparing the model when the engine starts); the peer
+// answers a request with a JSON header, then one raw frame per field (C-contiguous, native
+// byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
 // {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised. With
 // model.format "eager" the header may also carry the user's forward: the field
 // "batchcheck.prediction", or {"forward_error": "what forward raised"}. A request says how
@@ -59,6 +61,10 @@ class StreamSource : public DataSource {
       throw InputError(display_, "", "the peer is not batchcheck's Python API (no samples and fields in its greeting)");
     }
     samples_ = hello["samples"].get<uint64_t>();
+    for (const json& l : hello.value("libraries", json::array())) {
+      if (!l.is_string() || l.get<std::string>().empty()) throw InputError(display_, "", "a greeting whose libraries are not paths: not batchcheck's protocol");
+      libraries_.push_back(l.get<std::string>());
+    }
     std::vector<std::string> available;
     for (const json& f : hello["fields"]) {
       TensorMeta m = meta_of(f);
@@ -94,6 +100,7 @@ class StreamSource : public DataSource {
     return it == metas_.end() ? TensorMeta{} : it->second;
   }
   uint64_t sample_bytes() const override { return bytes_; }
+  std::vector<std::string> operator_libraries() const override { return libraries_; }
 
   at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -312,6 +319,7 @@ class StreamSource : public DataSource {
   std::string target_name_;
   bool has_targets_ = false;
   std::vector<std::string> inputs_;
+  std::vector<std::string> libraries_;
   std::map<std::string, TensorMeta> metas_;
   mutable std::mutex mu_;
   mutable std::vector<int64_t> cached_indices_;

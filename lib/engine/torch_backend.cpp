@@ -100,7 +100,12 @@ class TorchBackend : public Backend {
       model_ = eager_runner();
     } else {
       if (opt.loading) opt.loading(cfg.model.path);
-      load_operator_libraries(cfg.model);
+      ModelConfig model = cfg.model;
+      for (const std::string& l : data_->operator_libraries()) {
+        model.libraries.push_back(l);
+        model.libraries_display.push_back(l);
+      }
+      load_operator_libraries(model);
       model_ = cfg.model.format == ModelFormat::Pt2 ? load_pt2(cfg.model, device_)
                                                     : load_torchscript(cfg.model, device_, forward_fields(), cfg.loader.collate.list,
                                                                        dict_fields());

@@ -142,6 +142,39 @@ class _Keywords(torch.nn.Module):
         return out
 
 
+class _Engine:
+    """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
+
+    def __init__(self, cmd, quiet):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+        self.quiet = quiet
+        self.pumping = threading.Thread(target=self._pump, daemon=True)
+        self.pumping.start()
+
+    def _pump(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            text = line.decode("utf-8", "replace")
+            self.lines.append(text)
+            if not self.quiet:
+                sys.stderr.write(text)
+
+    def wait(self):
+        self.proc.stdout.read()
+        code = self.proc.wait()
+        self.pumping.join()
+        return code, "".join(self.lines)
+
+    def stop(self):
+        """Ends it if it still runs (the scan failed before it could be served)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.pumping.join(timeout=5)
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
 class _EagerForward:
     """The user's model run eagerly in this process (model.format "eager"), on a copy, so that the
     scan moves none of their BatchNorm statistics: the prediction of a batch, selected as the
@@ -257,6 +290,7 @@ class _Server:
         self.exhausted = False
         self.error = None
         self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
+        self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
         self.path = os.path.join(self.dir, "loader.sock")
@@ -362,7 +396,7 @@ class _Server:
         fields = []
         for name, t in _fields(self.first, self.input_key, self.target_key):
             fields.append({"name": name, "dtype": _dtype(t, name), "shape": list(t.shape[1:])})
-        return {"samples": len(self.loader.dataset), "fields": fields}
+        return {"samples": len(self.loader.dataset), "fields": fields, "libraries": self.libraries}
 
     def _accept(self):
         while True:
@@ -534,40 +568,21 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         if loss == "model" and target_key in dict(fields):
             call.append(target_key)  # forward computes its loss from them
         keywords = isinstance(first, dict) and _keyword_names(model, call)
-        scripted = None
-        if eager is not True:
-            try:
-                scripted = _engine_model(model, call, keywords, fields, x, output, loss, mode)
-            except Exception as e:
-                if eager is False:
-                    raise
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward runs "
-                              "eagerly in this process on a copy, and the engine checks what it returns: no gradient checks, "
-                              "no checks of its weights, no root cause" % reason, stacklevel=2)
-        if scripted is None:
-            if aux:
-                raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
-            pick = output if output is not None else ("loss" if loss == "model" else "logits")
-            server.forward = _EagerForward(model, call, keywords, pick, mode)
-            model_path = None
+        if keywords:
+            output_key, output = output, None  # the keyword adapter (or the eager forward) selects it
         else:
-            if keywords:
-                output = None  # the adapter returns it
-            model_path = os.path.join(server.dir, "model.pt")
-            try:
-                scripted.save(model_path)
-            except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
-                scripted = _export._trace(model, x, mode)
-                scripted.save(model_path)
-        config = {"model": {"path": model_path, "mode": mode} if model_path else {"format": "eager", "mode": mode},
-                  "data": {"format": "stream", "path": server.path},
+            output_key = output
+        pick = output_key if output_key is not None else ("loss" if loss == "model" else "logits")
+        if aux and eager is True:
+            raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
+        config = {"data": {"format": "stream", "path": server.path},
                   "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
                   "loss": _export.loss_config(loss)}
         names = [name for name, _ in fields]
         inputs = [name for name in names if name != target_key]
+        model_cfg = {}
         if names != [input_key, target_key] and names != [input_key]:
-            config["model"]["inputs"] = inputs
+            model_cfg["inputs"] = inputs
         if target_key != "targets" and target_key in names:
             config["data"]["targets"] = target_key
         if sequential:
@@ -577,43 +592,66 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             with open(os.path.join(server.dir, "order.json"), "w") as f:
                 json.dump({"samples": n, "ranks": [order]}, f)
             config["loader"]["order"] = os.path.join(server.dir, "order.json")
-        if output is not None and model_path:
-            config["model"]["output"] = output
         if aux:
             config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
-        libraries = _export._operator_libraries(scripted) if scripted is not None else []
-        if libraries:
-            config["model"]["libraries"] = libraries
-        cfg_path = os.path.join(server.dir, "config.json")
-        with open(cfg_path, "w") as f:
-            json.dump(config, f, indent=2)
-        report_path = os.path.join(server.dir, "report.json")
-        cmd = [binary(), "scan", cfg_path, "-o", report_path, "--jobs", "1"]
+        model_path = os.path.join(server.dir, "model.pt")
+        cmd_tail = ["-o", os.path.join(server.dir, "report.json"), "--jobs", "1"]
         if fail_on:
-            cmd += ["--fail-on", fail_on]
+            cmd_tail += ["--fail-on", fail_on]
         if device:
-            cmd += ["--device", device]
-        cmd += list(args)
-        server.thread.start()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        err_lines = []
+            cmd_tail += ["--device", device]
+        cmd_tail += list(args)
 
-        def pump():
-            for line in iter(proc.stderr.readline, b""):
-                text = line.decode("utf-8", "replace")
-                err_lines.append(text)
-                if not quiet:
-                    sys.stderr.write(text)
-        pumping = threading.Thread(target=pump, daemon=True)
-        pumping.start()
-        proc.stdout.read()
-        code = proc.wait()
-        pumping.join()
-        proc.stdout.close()
-        proc.stderr.close()
-        text = "".join(err_lines)
+        def launch(eager_model):
+            m = dict(model_cfg, mode=mode)
+            if eager_model:
+                m["format"] = "eager"
+            else:
+                m["path"] = model_path
+                if output is not None:
+                    m["output"] = output
+            cfg_path = os.path.join(server.dir, "config.json")
+            with open(cfg_path, "w") as f:
+                json.dump(dict(config, model=m), f, indent=2)
+            return _Engine([binary(), "scan", cfg_path] + cmd_tail, quiet)
+
+        # The engine starts now: it loads LibTorch while the model is prepared, and waits for the
+        # stream's greeting (served once the model is saved) before it loads the model.
+        engine = launch(eager is True)
+        try:
+            scripted = None
+            if eager is not True:
+                try:
+                    scripted = _engine_model(model, call, keywords, fields, x, output_key, loss, mode)
+                    try:
+                        scripted.save(model_path)
+                    except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+                        scripted = _export._trace(model, x, mode)
+                        scripted.save(model_path)
+                except Exception as e:
+                    if eager is False:
+                        raise
+                    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
+                                  "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
+                                  "checks, no checks of its weights, no root cause" % reason, stacklevel=2)
+                    if aux:
+                        raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
+                                        "prediction only") from e
+                    scripted = None
+                    engine.stop()
+                    engine = launch(True)
+            if scripted is None:
+                server.forward = _EagerForward(model, call, keywords, pick, mode)
+            else:
+                server.libraries = _export._operator_libraries(scripted)
+            server.thread.start()
+            code, text = engine.wait()
+        finally:
+            engine.stop()
         if server.error is not None and not isinstance(server.error, OSError):
             raise server.error
+        report_path = cmd_tail[1]
         if not os.path.exists(report_path):
             raise RuntimeError("batchcheck.scan: the engine wrote no report (exit %d):\n%s" % (code, text))
         with open(report_path) as f:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import unittest
 
 import torch
@@ -150,6 +151,22 @@ class TestScan(unittest.TestCase):
             self.assertTrue(torch.equal(v, before[k]), k)
         with self.assertRaisesRegex(TypeError, "aux= needs the engine's forward"):
             batchcheck.scan(model, DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), eager=True, aux={"1": 0.5}, quiet=True)
+
+    def test_the_engine_waits_for_a_slow_model_preparation(self):
+        # The engine starts before the model is scripted and saved (it loads LibTorch meanwhile),
+        # and waits for the stream's greeting: a slow preparation is waited for, not a failure.
+        import batchcheck.api as api
+        prepare = api._engine_model
+
+        def slow(*a, **k):
+            time.sleep(2)
+            return prepare(*a, **k)
+        api._engine_model = slow
+        try:
+            report = batchcheck.scan(Net(bn=True), DataLoader(Pairs(17), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+        finally:
+            api._engine_model = prepare
+        self.assertEqual([(f.id, f.batch) for f in report.errors()], [("batchnorm-single-value", 2)])
 
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
         def picky(batch):
