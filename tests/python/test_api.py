@@ -152,6 +152,26 @@ class TestScan(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "aux= needs the engine's forward"):
             batchcheck.scan(model, DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), eager=True, aux={"1": 0.5}, quiet=True)
 
+    def test_a_libtorch_crash_is_a_finding_and_the_scan_goes_on(self):
+        # The engine child crashes at batch 1 (a fault injected into the engine, as the
+        # supervisor's own tests do); a fresh child connects again and asks for the rest, which
+        # the stream serves from the batches the live loader already delivered (some pushed to
+        # the dead child). The NaN sample after the crash is still named at its batch.
+        torch.manual_seed(3)
+        ds = Pairs(40, nan=[29])
+        loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=1)
+        os.environ["BATCHCHECK_TEST_FAULT"] = "step:1:SEGV"
+        try:
+            report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        finally:
+            del os.environ["BATCHCHECK_TEST_FAULT"]
+        errors = {f.id: (f.batch, f.samples) for f in report.errors()}
+        self.assertEqual(errors["forward-crash"][0], 1, report.text)
+        truth = [k for k, (x, _) in enumerate(real_epoch(loader)) if torch.isnan(x).any()]
+        self.assertGreater(truth[0], 1)  # after the crash
+        self.assertEqual(errors["input-nonfinite"], (truth[0], [29]))
+        self.assertEqual(report.data["batches"]["checked"], 10)
+
     def test_the_engine_waits_for_a_slow_model_preparation(self):
         # The engine starts before the model is scripted and saved (it loads LibTorch meanwhile),
         # and waits for the stream's greeting: a slow preparation is waited for, not a failure.
