@@ -38,7 +38,7 @@ using nlohmann::json;
 constexpr uint64_t kMaxFrame = uint64_t{64} << 30;
 constexpr uint64_t kMaxHeader = uint64_t{64} << 20;
 // How many of the epoch's next batches the peer pushes ahead of the one asked for.
-constexpr int kPushAhead = 2;
+constexpr int kPushAhead = 4;
 
 std::optional<at::ScalarType> stream_dtype(const std::string& s) {
   static const std::map<std::string, at::ScalarType> kTypes = {
@@ -135,6 +135,9 @@ class StreamSource : public DataSource {
   }
 
   TensorMeta meta_of(const json& f) const {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("dtype") || !f["dtype"].is_string()) {
+      throw InputError(display_, "", "a field that is not {\"name\", \"dtype\", \"shape\"}: not batchcheck's protocol");
+    }
     TensorMeta m;
     m.present = true;
     m.dtype = f.value("dtype", "");
@@ -225,15 +228,20 @@ class StreamSource : public DataSource {
         cached_ = std::move(pushed->second);
         pushed_.erase(pushed);
         cached_indices_ = indices;
-        send_json({{"credit", 1}});
-        ++outstanding_;
+        // One more ahead, unless kPushAhead are held or on their way already (batches pushed
+        // but not wanted, around probes and out-of-order requests, are never more than that).
+        if (outstanding_ + pushed_.size() < static_cast<std::size_t>(kPushAhead)) {
+          send_json({{"credit", 1}});
+          ++outstanding_;
+        }
         return;
       }
       if (outstanding_ == 0) break;
       receive_pushed(receive_json());  // a push on its way may be the one wanted
     }
-    send_json({{"indices", indices}, {"ahead", kPushAhead}});
-    outstanding_ += kPushAhead;
+    const int ahead = std::max(0, kPushAhead - static_cast<int>(pushed_.size()));
+    send_json({{"indices", indices}, {"ahead", ahead}});
+    outstanding_ += ahead;
     while (true) {
       json header = receive_json();
       if (header.contains("pushed") || header.contains("end")) {
@@ -297,16 +305,27 @@ class StreamSource : public DataSource {
   // their collate_fn raised: every sample of the batch is named (it is not known which one it took
   // exception to).
   [[noreturn]] void throw_failure(const json& f, std::size_t batch_size) const {
-    const std::string message = f.value("message", "");
-    if (f.value("error", "") == "dataset") {
+    // Read by type: a malformed failure is the protocol's error, not a JSON exception.
+    auto text = [&f](const char* key, const char* fallback) {
+      const auto it = f.find(key);
+      return it != f.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+    };
+    auto number = [&f](const char* key) {
+      const auto it = f.find(key);
+      return it != f.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+    };
+    const std::string message = text("message", "");
+    if (text("error", "") == "dataset") {
       UnreadableSample s;
-      s.row = f.value("row", uint64_t{0});
-      s.file = "dataset[" + std::to_string(f.value("index", int64_t{0})) + "]";
+      const int64_t row = number("row");
+      if (row < 0 || static_cast<uint64_t>(row) >= batch_size) throw InputError(display_, "", "a failing sample outside its batch: not batchcheck's protocol");
+      s.row = static_cast<uint64_t>(row);
+      s.file = "dataset[" + std::to_string(number("index")) + "]";
       s.error = message;
       throw UnreadableError{{s}};
     }
     CollateFailure c;
-    c.field = f.value("field", "batch");
+    c.field = text("field", "batch");
     c.error = message;
     for (std::size_t r = 0; r < batch_size; ++r) c.rows.push_back(r);
     throw CollateError{c};
@@ -325,7 +344,7 @@ class StreamSource : public DataSource {
   mutable std::vector<int64_t> cached_indices_;
   mutable std::optional<Batch> cached_;
   mutable std::map<std::vector<int64_t>, Batch> pushed_;  // batches pushed ahead, not yet wanted
-  mutable int outstanding_ = 0;  // pushes asked for and not yet received
+  mutable std::size_t outstanding_ = 0;  // pushes asked for and not yet received
 };
 
 }  // namespace

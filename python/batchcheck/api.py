@@ -245,7 +245,7 @@ def _send_batch(conn, header, tensors):
         if t.numel():
             bufs.append(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
     while bufs:
-        sent = conn.sendmsg(bufs)
+        sent = conn.sendmsg(bufs[:512])  # IOV_MAX is 1024
         while bufs and sent >= len(bufs[0]):  # drop what went out; a partial send resumes mid-buffer
             sent -= len(bufs[0])
             bufs.pop(0)
@@ -291,6 +291,8 @@ class _Server:
         self.error = None
         self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
         self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
+        self.conns = set()  # open connections (closed with the scan)
+        self.closing = False
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
         self.path = os.path.join(self.dir, "loader.sock")
@@ -404,6 +406,11 @@ class _Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            with self.lock:
+                if self.closing:
+                    conn.close()
+                    return
+                self.conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
@@ -415,6 +422,8 @@ class _Server:
                     return
                 req = json.loads(msg)
                 with self.lock:
+                    if self.closing:
+                        return
                     if "hello" in req:
                         _send(conn, json.dumps(self.hello()).encode())
                         continue
@@ -426,7 +435,7 @@ class _Server:
                         credits += int(req.get("ahead", 0))
                     # The epoch's next batches while the engine checks this one: the two
                     # processes overlap instead of taking turns.
-                    while credits > 0:
+                    while credits > 0 and not self.closing:
                         got = self._next_to_push()
                         if got is None:
                             _send(conn, b'{"end": true}')
@@ -437,8 +446,11 @@ class _Server:
         except (OSError, ValueError, KeyError) as e:  # the engine went away, or a malformed request
             self.error = self.error or e
         except Exception as e:  # the loader itself failed: the engine reads a closed socket
-            self.error = e
+            if self.error is None or isinstance(self.error, OSError):  # not hidden by a dead engine's pipe
+                self.error = e
         finally:
+            with self.lock:
+                self.conns.discard(conn)
             conn.close()
 
     def _next_to_push(self):
@@ -446,9 +458,13 @@ class _Server:
         epoch's end or where the draws are not recorded (nothing to name the batch by)."""
         if self.exhausted or self.live is None or self.unpatch is None:
             return None
+        if len(self.drawn) < self.yielded:  # draws not recorded (see start_live): nothing to push by
+            self.exhausted = True
+            return None
         got = self.next_live()
         if got is None or got[0] is None:
-            self.exhausted = got is None or self.exhausted
+            # The end, or a batch without a recorded draw: no more pushes (the engine then asks).
+            self.exhausted = True
             return None
         self._keep(tuple(got[0]), got[1])
         return got
@@ -477,6 +493,20 @@ class _Server:
         _send_batch(conn, json.dumps(header).encode(), [t for _, t in tensors])
 
     def close(self):
+        # Nothing of the loader runs after this: open connections are shut, and the lock waits
+        # for a batch being served or pushed, before the iterator's hook and the RNGs go back.
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self.lock:  # the batch being served or pushed is done
+            pass
         if self.unpatch:
             self.unpatch()
         try:
@@ -626,6 +656,8 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                     try:
                         scripted.save(model_path)
                     except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+                        if keywords:  # the adapter's trace itself: no other way but eager
+                            raise
                         scripted = _export._trace(model, x, mode)
                         scripted.save(model_path)
                 except Exception as e:
