@@ -134,12 +134,17 @@ class _Keywords(torch.nn.Module):
         self.pick = pick
 
     def forward(self, *args):
-        out = self.model(**dict(zip(self.names, args)))
-        if isinstance(out, dict):  # a ModelOutput too
-            return out[self.pick]
-        if isinstance(out, (tuple, list)):
-            return out[0]
-        return out
+        return _select(self.model(**dict(zip(self.names, args))), self.pick)
+
+
+def _select(out, pick):
+    """The prediction in what forward returned: out[pick] of a dict (a ModelOutput too), the
+    pick-th (an index) or first element of a tuple, else out itself."""
+    if isinstance(out, dict):
+        return out[pick]
+    if isinstance(out, (tuple, list)):
+        return out[pick if isinstance(pick, int) else 0]
+    return out
 
 
 class _Engine:
@@ -192,11 +197,7 @@ class _EagerForward:
         given = dict(fields)
         args = [given[n].to(self.device) for n in self.names]
         with torch.no_grad():
-            out = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
-        if isinstance(out, dict):
-            out = out[self.pick]
-        elif isinstance(out, (tuple, list)):
-            out = out[self.pick if isinstance(self.pick, int) else 0]
+            out = _select(self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args), self.pick)
         if not isinstance(out, torch.Tensor):
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
         return out
@@ -515,11 +516,10 @@ class _Server:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _engine_model(model, call, keywords, fields, x, output, loss, mode):
-    """The model for the engine: traced through the keyword adapter, else scripted or traced;
-    raises where neither works."""
+def _engine_model(model, call, keywords, fields, x, pick, mode):
+    """The model for the engine: traced through the keyword adapter (returning out[pick]), else
+    scripted or traced; raises where neither works."""
     if keywords:
-        pick = output if output is not None else ("loss" if loss == "model" else "logits")
         example = tuple(dict(fields)[name] for name in call)
         return _export._trace(_Keywords(model, call, pick), example, mode)
     scripted, _ = _export._script_or_trace(model, x, mode)
@@ -598,11 +598,10 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         if loss == "model" and target_key in dict(fields):
             call.append(target_key)  # forward computes its loss from them
         keywords = isinstance(first, dict) and _keyword_names(model, call)
+        # What the keyword adapter (or the eager forward) selects from forward's output.
+        pick = output if output is not None else ("loss" if loss == "model" else "logits")
         if keywords:
-            output_key, output = output, None  # the keyword adapter (or the eager forward) selects it
-        else:
-            output_key = output
-        pick = output_key if output_key is not None else ("loss" if loss == "model" else "logits")
+            output = None  # the adapter returns the prediction itself
         if aux and eager is True:
             raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
         config = {"data": {"format": "stream", "path": server.path},
@@ -652,7 +651,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             scripted = None
             if eager is not True:
                 try:
-                    scripted = _engine_model(model, call, keywords, fields, x, output_key, loss, mode)
+                    scripted = _engine_model(model, call, keywords, fields, x, pick, mode)
                     try:
                         scripted.save(model_path)
                     except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
