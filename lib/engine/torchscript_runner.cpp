@@ -2,6 +2,7 @@
 // BatchNorm state. The only translation unit that compiles against torch::jit.
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
@@ -112,6 +113,10 @@ class TorchScriptRunner : public ModelRunner {
 
   c10::IValue forward(const std::vector<c10::IValue>& inputs) override {
     auto [args, kwargs] = call_args(inputs);
+    // The graph runs op by op, as the eager model trains: the optimizing executor would swap in
+    // TorchScript's own symbolic gradients (relu's as gt * mul), slower than autograd's and not
+    // the formulas training runs. Per thread, so set for each call.
+    torch::jit::GraphOptimizerEnabledGuard as_eager(false);
     return module_.get_method("forward")(std::move(args), kwargs);
   }
   const ModelInfo& info() const override { return info_; }
