@@ -147,6 +147,18 @@ def _select(out, pick):
     return out
 
 
+def _indexed_tensors(loader):
+    """The tensors of a loader whose batches are a TensorDataset's rows collated by PyTorch's own
+    default_collate: [t[indices] for t in tensors] is that batch exactly (torch.stack of the rows
+    t[i]), read without two Python calls per sample. None where any code of the user's makes the
+    batches (a Dataset of theirs, a subclass, their collate_fn): that code runs, as in training."""
+    from torch.utils.data import TensorDataset
+    from torch.utils.data._utils.collate import default_collate
+    if type(loader.dataset) is TensorDataset and loader.collate_fn is default_collate:
+        return loader.dataset.tensors
+    return None
+
+
 class _Engine:
     """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
 
@@ -280,7 +292,9 @@ class _Server:
     def __init__(self, loader, expected, input_key, target_key):
         self.loader = loader
         self.input_key, self.target_key = input_key, target_key
+        self.order = expected
         self.expected = {tuple(b) for b in expected}
+        self.tensors = _indexed_tensors(loader)
         self.window = OrderedDict()  # recent live batches by indices (a resumed child asks again)
         self.live = None
         self.drawn = []  # the indices the live iterator drew, batch by batch
@@ -306,6 +320,8 @@ class _Server:
         """The live iterator, recording the indices of each batch as the iterator itself draws
         them (workers deliver in that order). A multi-worker iterator draws its first indices
         while it is made, so the drawing is watched from before iter() until the scan ends."""
+        if self.tensors is not None:  # no Python code of theirs to run: batches by indexing
+            return
         from torch.utils.data import dataloader as dl
         cls = dl._BaseDataLoaderIter
         draw = cls.__dict__.get("_next_index")
@@ -328,6 +344,14 @@ class _Server:
         """(indices, batch or an exception) of the live iterator's next batch, or None at its
         end. Batch j holds the j-th indices drawn: workers may draw ahead, they deliver in order."""
         j = self.yielded
+        if self.tensors is not None:
+            if j >= len(self.order):
+                return None
+            idx = list(self.order[j])
+            self.drawn.append(idx)
+            self.yielded += 1
+            self.delivered.add(tuple(idx))
+            return idx, self._index(idx)
         try:
             batch = next(self.live)
         except StopIteration:
@@ -376,6 +400,8 @@ class _Server:
                     return batch
         # A probe's samples, or a batch asked for out of the epoch's order (--fail-fast asks for
         # the edges first): their Dataset and collate_fn, in this process.
+        if self.tensors is not None:
+            return self._index(indices)
         ds = self.loader.dataset
         try:
             samples = [ds[i] for i in indices]
@@ -384,6 +410,14 @@ class _Server:
         try:
             return self.loader.collate_fn(samples)
         except Exception as e:
+            return e
+
+    def _index(self, indices):
+        """The batch default_collate makes of a TensorDataset's samples: each tensor's rows."""
+        rows = torch.as_tensor(indices, dtype=torch.long)
+        try:
+            return [t[rows] for t in self.tensors]
+        except Exception as e:  # an index past the tensors: named sample by sample (_failure)
             return e
 
     def _failure(self, indices, e):
@@ -457,7 +491,7 @@ class _Server:
     def _next_to_push(self):
         """The live iterator's next batch, kept in the window: (indices, batch), or None at the
         epoch's end or where the draws are not recorded (nothing to name the batch by)."""
-        if self.exhausted or self.live is None or self.unpatch is None:
+        if self.exhausted or (self.tensors is None and (self.live is None or self.unpatch is None)):
             return None
         if len(self.drawn) < self.yielded:  # draws not recorded (see start_live): nothing to push by
             self.exhausted = True

@@ -211,6 +211,42 @@ class TestScan(unittest.TestCase):
             with open(page) as f:
                 self.assertIn("<html", f.read())
 
+    def test_tensor_dataset_batches_are_the_loaders_own(self):
+        # A TensorDataset under PyTorch's default_collate is read by indexing, without a Python
+        # call per sample: each batch must be exactly the one the loader yields, and the findings
+        # where the real epoch (shuffled, its own generator) delivers them.
+        from torch.utils.data import TensorDataset
+        from batchcheck import api
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(100, 3, 8, 8, generator=g), torch.randint(0, 4, (100,), generator=g)
+        x[37, 1, 2, 3] = float("nan")
+        y[61] = 255
+        loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(3))
+        self.assertIsNotNone(api._indexed_tensors(loader))
+        order = [list(b) for b in loader.batch_sampler]
+        server = api._Server(loader, order, "inputs", "targets")
+        try:
+            for idx in order:
+                want = torch.utils.data.default_collate([loader.dataset[i] for i in idx])
+                got = server._index(idx)
+                self.assertEqual(len(got), len(want))
+                for a, b in zip(got, want):  # bit for bit, the NaN row too
+                    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+        finally:
+            server.close()
+        report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True)
+        epoch = real_epoch(loader)  # the RNGs were restored: the epoch scanned
+        nan_at = [k for k, (xb, _) in enumerate(epoch) if torch.isnan(xb).any()]
+        label_at = [k for k, (_, yb) in enumerate(epoch) if (yb == 255).any()]
+        found = {f.id: f for f in report.errors()}
+        self.assertEqual((found["input-nonfinite"].batch, found["input-nonfinite"].samples), (nan_at[0], [37]))
+        self.assertEqual((found["target-out-of-range"].batch, found["target-out-of-range"].samples), (label_at[0], [61]))
+        # Any code of the user's in the batches is run, not bypassed.
+        class Mine(TensorDataset):
+            pass
+        self.assertIsNone(api._indexed_tensors(DataLoader(Mine(x, y), batch_size=16)))
+        self.assertIsNone(api._indexed_tensors(DataLoader(TensorDataset(x, y), batch_size=16, collate_fn=collate_as_float)))
+
     def test_refused_loaders_say_why(self):
         with self.assertRaisesRegex(TypeError, "pass your torch.utils.data.DataLoader"):
             batchcheck.scan(Net(), [1, 2], nn.CrossEntropyLoss())
