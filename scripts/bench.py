@@ -157,6 +157,19 @@ def main():
             target(f"{w} batchcheck.scan() call / batchcheck scan (wall)", call / rows[(w, "scan")][0], 1.15)
             print(f"        ({w} whole python process / batchcheck scan: {rows[(w, 'python api')][0] / rows[(w, 'scan')][0]:.3f}; "
                   f"call {call:.3f} s, command {rows[(w, 'scan')][0]:.3f} s)")
+        # Done-means of issue 31: the README's example scanned in under one epoch of its training.
+        example = os.path.join(ROOT, "bench", "python_example_epoch.py")
+        got = {"scan()": [], "epoch 1": [], "epoch 2": []}
+        for _ in range(args.runs):
+            for mode in ("scan", "train"):
+                out = subprocess.run([api_python, example, mode], capture_output=True, text=True).stdout
+                for line in out.splitlines():
+                    key = line.rsplit(" wall", 1)[0]
+                    if key in got:
+                        got[key].append(float(line.split()[-1]))
+        med = {k: statistics.median(v) if v else float("inf") for k, v in got.items()}
+        target("README example: batchcheck.scan() call / its first training epoch (wall)", med["scan()"] / med["epoch 1"], 1.0)
+        print(f"        (scan() {med['scan()']:.3f} s; training epoch 1 {med['epoch 1']:.3f} s, epoch 2 {med['epoch 2']:.3f} s)")
     # --edges (first + last batch + the default probe) against start-up plus three batches:
     # "scan 1 batch" is start-up + one batch + the probe; a batch costs (full - that) / 187.
     one = rows[("p2", "scan 1 batch")][0]

@@ -7,7 +7,8 @@
 
 Your loader runs in your process, as training runs it (its sampler, collate_fn, transforms and
 workers); each batch it yields is sent to batchcheck's engine over a Unix socket, nothing is
-written to disk but the model (scripted, or traced on the first batch) and the recorded order.
+written to disk but the model (scripted, or traced on the first batch) and the recorded order
+(a TensorDataset under default_collate goes whole, through shared memory: _arrays.py).
 The engine runs in its own supervised process: a crash of LibTorch is a finding, never a crash
 of yours. Every RNG the loader can reach is restored afterwards, so the epoch your training
 runs next is the one that was scanned.
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from batchcheck import _arrays
 from batchcheck import export as _export
 from batchcheck._cli import binary
 
@@ -619,6 +621,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         order = _export._record_order(loader, n)  # restores every RNG it draws from
     restore = _rng_snapshot(loader)
     server = _Server(loader, order, input_key, target_key or "targets")
+    arrays = None
     try:
         server.start_live()
         first = server.first_batch()
@@ -658,12 +661,17 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         if aux:
             config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
         model_path = os.path.join(server.dir, "model.pt")
-        cmd_tail = ["-o", os.path.join(server.dir, "report.json"), "--jobs", "1"]
+        cmd_tail = ["-o", os.path.join(server.dir, "report.json")]
         if fail_on:
             cmd_tail += ["--fail-on", fail_on]
         if device:
             cmd_tail += ["--device", device]
         cmd_tail += list(args)
+        # A TensorDataset under default_collate goes to the engine whole, through shared memory
+        # (_arrays.py), unless its forward must run here (eager): the stream serves that.
+        if eager is not True and server.tensors is not None and _arrays.plan(server.tensors, order, n):
+            arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key))
+        stream_data = config["data"]
 
         def launch(eager_model):
             m = dict(model_cfg, mode=mode)
@@ -673,14 +681,20 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                 m["path"] = model_path
                 if output is not None:
                     m["output"] = output
+                if arrays is not None and server.libraries:  # the stream's greeting names them otherwise
+                    m["libraries"] = server.libraries
+            whole = arrays is not None and not eager_model
+            data = arrays.data_config(inputs, target_key if target_key in names else None) if whole else stream_data
             cfg_path = os.path.join(server.dir, "config.json")
             with open(cfg_path, "w") as f:
-                json.dump(dict(config, model=m), f, indent=2)
-            return _Engine([binary(), "scan", cfg_path] + cmd_tail, quiet)
+                json.dump(dict(config, data=data, model=m), f, indent=2)
+            # A stream is served to one engine job; arrays are split over the cores as the command splits them.
+            return _Engine([binary(), "scan", cfg_path] + cmd_tail + ([] if whole else ["--jobs", "1"]), quiet)
 
-        # The engine starts now: it loads LibTorch while the model is prepared, and waits for the
-        # stream's greeting (served once the model is saved) before it loads the model.
-        engine = launch(eager is True)
+        # The engine of a stream starts now: it loads LibTorch while the model is prepared, and
+        # waits for the stream's greeting (served once the model is saved) before it loads the
+        # model. The engine of arrays reads the model at once: it starts once the model is saved.
+        engine = launch(True) if eager is True else (None if arrays is not None else launch(False))
         try:
             scripted = None
             if eager is not True:
@@ -704,16 +718,20 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                         raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
                                         "prediction only") from e
                     scripted = None
-                    engine.stop()
+                    if engine is not None:
+                        engine.stop()
                     engine = launch(True)
             if scripted is None:
                 server.forward = _EagerForward(model, call, keywords, pick, mode)
             else:
                 server.libraries = _export._operator_libraries(scripted)
+                if engine is None:
+                    engine = launch(False)
             server.thread.start()
             code, text = engine.wait()
         finally:
-            engine.stop()
+            if engine is not None:
+                engine.stop()
         if server.error is not None and not isinstance(server.error, OSError):
             raise server.error
         report_path = cmd_tail[1]
@@ -724,4 +742,6 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         return Report(data, text, code)
     finally:
         server.close()
+        if arrays is not None:
+            arrays.close()
         restore()

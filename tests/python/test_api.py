@@ -247,6 +247,99 @@ class TestScan(unittest.TestCase):
         self.assertIsNone(api._indexed_tensors(DataLoader(Mine(x, y), batch_size=16)))
         self.assertIsNone(api._indexed_tensors(DataLoader(TensorDataset(x, y), batch_size=16, collate_fn=collate_as_float)))
 
+    def test_tensor_dataset_goes_whole_through_shared_memory_with_the_streams_verdicts(self):
+        # Such a loader runs no code of the user's: its tensors go to the engine once (/dev/shm),
+        # with the sampler's order, and the engine splits the epoch over its jobs. Its report must
+        # be the stream's, finding for finding; the files must be gone afterwards.
+        from torch.utils.data import TensorDataset
+        from batchcheck import _arrays
+        if not _arrays.plan([torch.zeros(1)], [[0]], 1):
+            self.skipTest("no writable /dev/shm here: the stream serves TensorDatasets")
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.rand(97, 3, 8, 8, generator=g), torch.randint(0, 4, (97,), generator=g)
+        x[5, 0, 1, 1] = float("inf")
+        y[40] = 255
+        cases = {"shuffled": DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(5)),
+                 "sequential": DataLoader(TensorDataset(x, y), batch_size=8)}  # a last batch of one
+        made = []
+
+        class Seen(_arrays.Arrays):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                made.append(self.dir)
+        plan, whole = _arrays.plan, _arrays.Arrays
+        for name, loader in cases.items():
+            with self.subTest(name):
+                torch.manual_seed(0)
+                _arrays.Arrays = Seen
+                try:
+                    fast = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
+                    self.assertEqual(len(made), 1)
+                    self.assertFalse(os.path.exists(made.pop()))  # removed with the scan
+                    _arrays.plan = lambda *a, **k: False
+                    torch.manual_seed(0)
+                    streamed = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
+                    self.assertEqual(made, [])
+                finally:
+                    _arrays.plan, _arrays.Arrays = plan, whole
+                key = lambda r: sorted((f.id, f.severity, f.batch, tuple(f.samples)) for f in r.findings)
+                self.assertEqual(key(fast), key(streamed), fast.text)
+                self.assertEqual(fast.exit_code, streamed.exit_code)
+                epoch = real_epoch(loader)
+                inf_at = [k for k, (xb, _) in enumerate(epoch) if torch.isinf(xb).any()]
+                self.assertEqual([(f.batch, f.samples) for f in fast.errors() if f.id == "input-nonfinite"], [(inf_at[0], [5])])
+        self.assertIn(("batchnorm-single-value", 12), [(f.id, f.batch) for f in fast.errors()])
+
+    def test_tensor_dataset_fields_and_what_stays_on_the_stream(self):
+        from torch.utils.data import TensorDataset
+        from batchcheck import _arrays
+        with tempfile.TemporaryDirectory() as shm:
+            ok = [torch.zeros(10, 3), torch.zeros(10, dtype=torch.long)]
+            order = [list(range(0, 5)), list(range(5, 10))]
+            self.assertTrue(_arrays.plan(ok, order, 10, shm=shm))
+            self.assertFalse(_arrays.plan(ok, order, 10, shm=os.path.join(shm, "absent")))
+            self.assertFalse(_arrays.plan([torch.zeros(10, 3, dtype=torch.bfloat16)], order, 10, shm=shm))  # no .npy dtype
+            self.assertFalse(_arrays.plan(ok, [[0, 10]], 10, shm=shm))  # the loader raises at that batch: the stream says so
+            self.assertFalse(_arrays.plan(ok, [[-1]], 10, shm=shm))
+            per_batch = _arrays.PER_BATCH
+            _arrays.PER_BATCH = 50
+            try:  # 200 bytes in 2 batches: 100 a batch, big enough to stream as fast as it is copied
+                self.assertFalse(_arrays.plan(ok, order, 10, shm=shm))
+                self.assertTrue(_arrays.plan(ok, order + order, 10, shm=shm))
+            finally:
+                _arrays.PER_BATCH = per_batch
+            limit = _arrays.LIMIT
+            _arrays.LIMIT = 100
+            try:
+                self.assertFalse(_arrays.plan(ok, order, 10, shm=shm))  # 200 bytes: too much to hold twice
+            finally:
+                _arrays.LIMIT = limit
+            # Fields keep their names in the config, never in the file names (they are the user's).
+            arrays = _arrays.Arrays([("inputs", ok[0]), ("../mask", torch.ones(10, 3)), ("targets", ok[1])], shm=shm)
+            cfg = arrays.data_config(["inputs", "../mask"], "targets")
+            self.assertEqual(sorted(cfg["inputs"]), ["../mask", "inputs"])
+            self.assertTrue(all(os.path.dirname(f) == arrays.dir for f in list(cfg["inputs"].values()) + [cfg["targets"]]))
+            import numpy as np
+            self.assertTrue(np.array_equal(np.load(cfg["targets"]), ok[1].numpy()))
+            arrays.close()
+            self.assertEqual(os.listdir(shm), [])
+
+        class TwoInputs(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(6, 3)
+
+            def forward(self, a, b):
+                return self.fc(torch.cat([a, b], 1))
+        g = torch.Generator().manual_seed(2)
+        a, b, y = torch.rand(30, 3, generator=g), torch.rand(30, 3, generator=g), torch.randint(0, 3, (30,), generator=g)
+        b[22, 1] = float("nan")
+        y[7] = 3
+        report = batchcheck.scan(TwoInputs(), DataLoader(TensorDataset(a, b, y), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+        found = {f.id: (f.batch, f.samples) for f in report.errors()}
+        self.assertEqual(found["input-nonfinite"], (2, [22]), report.text)
+        self.assertEqual(found["target-out-of-range"], (0, [7]), report.text)
+
     def test_refused_loaders_say_why(self):
         with self.assertRaisesRegex(TypeError, "pass your torch.utils.data.DataLoader"):
             batchcheck.scan(Net(), [1, 2], nn.CrossEntropyLoss())
