@@ -9,6 +9,8 @@
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <thread>
@@ -102,6 +104,29 @@ TEST(Supervisor, ReportEqualsTheInProcessScan) {
       ASSERT_TRUE(b);
       EXPECT_EQ(inproc, Json::parse(b));
     }
+  }
+}
+
+// The jobs of a split scan write their -v lines to the same stderr: each line must arrive
+// whole (one write), never interleaved with another job's ("rank rank 0 batch 14 ...").
+TEST(Supervisor, TwoJobsVerboseLinesArriveWhole) {
+  TempDir dir("sup-verbose");
+  const std::string cfg = BATCHCHECK_SOURCE_DIR "/sample_configs/clean.json";
+  const std::regex line(R"(rank 0 batch \d+ \(32 samples\): ok|probe batch of [12]: ok)");
+  for (int run = 0; run < 3; ++run) {
+    CommandResult r = run_command("env ASAN_OPTIONS=detect_leaks=0 '" + kBin + "' scan '" + cfg + "' -v --jobs 2 -o '" +
+                                  dir.file("r.json") + "' 2>'" + dir.file("err.log") + "'");
+    EXPECT_EQ(r.status, 0);
+    std::ifstream in(dir.file("err.log"));
+    std::string l;
+    int steps = 0;
+    while (std::getline(in, l)) {
+      // The summary's "  first batch 0: ..." lines are indented; a step's line is not.
+      if (l.find("batch") == std::string::npos || l.rfind("batchcheck:", 0) == 0 || l.rfind("  ", 0) == 0) continue;
+      EXPECT_TRUE(std::regex_match(l, line)) << l;
+      ++steps;
+    }
+    EXPECT_EQ(steps, 32 + 2);  // 1,024 samples in batches of 32, the probes of 1 and 2
   }
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "core/base/errors.h"
@@ -54,7 +55,8 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
     check_batch(ctx);
     collect_pending();
     if (settings_.verbosity > 0) {
-      log_ << "probe batch of " << size << ": " << (batch_has_error_ ? "findings" : "ok") << "\n";
+      // One write per line: the jobs of a split scan share the parent's stderr.
+      log_ << ("probe batch of " + std::to_string(size) + ": " + (batch_has_error_ ? "findings" : "ok") + "\n") << std::flush;
     }
     if (failing_) break;
   }
@@ -140,8 +142,9 @@ void Replayer::run(const OrderFn& order) {
     check_batch(ctx, have_next ? &next : nullptr);
     if (fail_fast) collect_pending();  // this step's findings decide whether to go on
     if (settings_.verbosity > 0) {
-      log_ << "rank " << rank << " batch " << b << " (" << indices.size() << " samples): "
-           << (batch_has_error_ ? "findings" : "ok") << "\n";
+      log_ << ("rank " + std::to_string(rank) + " batch " + std::to_string(b) + " (" + std::to_string(indices.size()) +
+               " samples): " + (batch_has_error_ ? "findings" : "ok") + "\n")
+           << std::flush;
     }
     if (failing_) break;
     split_if_requested(following);
