@@ -33,6 +33,12 @@ def _room(path):
     return st.f_bavail * st.f_frsize
 
 
+def batch_bytes(tensors, order):
+    """The average bytes of a batch of the order."""
+    row = sum(t[0].numel() * t.element_size() for t in tensors if len(t))
+    return row * sum(len(b) for b in order) / max(1, len(order))
+
+
 def plan(tensors, order, n, shm=SHM):
     """Whether the tensors go to the engine whole: True where each is a plain CPU tensor of a
     .npy dtype, a batch averages under PER_BATCH bytes, they fit LIMIT and half of the room left
@@ -43,7 +49,7 @@ def plan(tensors, order, n, shm=SHM):
         if t.device.type != "cpu" or t.layout != torch.strided or t.dtype not in _NPY or t.dim() < 1 or len(t) != n:
             return False
     size = sum(t.numel() * t.element_size() for t in tensors)
-    if size > LIMIT or size > PER_BATCH * max(1, len(order)) or 2 * size > _room(shm):
+    if size > LIMIT or batch_bytes(tensors, order) > PER_BATCH or 2 * size > _room(shm):
         return False
     flat = np.fromiter(itertools.chain.from_iterable(order), dtype=np.int64)
     return not len(flat) or (int(flat.min()) >= 0 and int(flat.max()) < n)

@@ -672,6 +672,11 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         if eager is not True and server.tensors is not None and _arrays.plan(server.tensors, order, n):
             arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key))
         stream_data = config["data"]
+        # The other batches of a TensorDataset stream too, but any of them can be served at any
+        # time (by indexing): the engine may split the epoch over jobs, each asking for its own
+        # batches (read one step ahead, as from files: no pushes, which follow one cursor).
+        random_access = arrays is None and server.tensors is not None and eager is not True and \
+            _arrays.batch_bytes(server.tensors, order) >= _arrays.PER_BATCH
 
         def launch(eager_model):
             m = dict(model_cfg, mode=mode)
@@ -688,8 +693,11 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             cfg_path = os.path.join(server.dir, "config.json")
             with open(cfg_path, "w") as f:
                 json.dump(dict(config, data=data, model=m), f, indent=2)
-            # A stream is served to one engine job; arrays are split over the cores as the command splits them.
-            return _Engine([binary(), "scan", cfg_path] + cmd_tail + ([] if whole else ["--jobs", "1"]), quiet)
+            # Arrays and a random-access stream are split over the cores as the command splits its
+            # data; a live loader's stream is served to one job, in its order.
+            split = whole or (random_access and not eager_model)
+            server.exhausted = split and not whole  # nothing pushed: every batch is asked for
+            return _Engine([binary(), "scan", cfg_path] + cmd_tail + ([] if split else ["--jobs", "1"]), quiet)
 
         # The engine of a stream starts now: it loads LibTorch while the model is prepared, and
         # waits for the stream's greeting (served once the model is saved) before it loads the

@@ -290,6 +290,41 @@ class TestScan(unittest.TestCase):
                 self.assertEqual([(f.batch, f.samples) for f in fast.errors() if f.id == "input-nonfinite"], [(inf_at[0], [5])])
         self.assertIn(("batchnorm-single-value", 12), [(f.id, f.batch) for f in fast.errors()])
 
+    def test_tensor_dataset_of_large_batches_streams_to_several_jobs(self):
+        # Batches over 256 KiB are streamed (one copy to /dev/shm would cost more than it saves),
+        # but any of them can be served at any time: the engine splits the epoch over its jobs,
+        # each asking for its own batches. The findings stay where the real epoch has them.
+        from torch.utils.data import TensorDataset
+        from batchcheck import _arrays, api
+        g = torch.Generator().manual_seed(4)
+        x, y = torch.rand(120, 3, 64, 64, generator=g), torch.randint(0, 4, (120,), generator=g)  # 384 KiB a batch of 8
+        x[37, 2, 5, 5] = float("nan")
+        y[50] = 255
+        loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(9))
+        commands = []
+        engine = api._Engine
+
+        class Seen(engine):
+            def __init__(self, cmd, quiet):
+                commands.append(cmd)
+                super().__init__(cmd, quiet)
+        api._Engine = Seen
+        try:
+            report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True, args=["--jobs", "2"])
+        finally:
+            api._Engine = engine
+        self.assertEqual(len(commands), 1)
+        self.assertNotIn("/dev/shm", json.dumps(report.data))
+        self.assertEqual(commands[0].count("--jobs"), 1)  # theirs (2): not held to one job
+        epoch = real_epoch(loader)
+        nan_at = [k for k, (xb, _) in enumerate(epoch) if torch.isnan(xb).any()]
+        label_at = [k for k, (_, yb) in enumerate(epoch) if (yb == 255).any()]
+        found = {f.id: (f.batch, f.samples) for f in report.errors()}
+        self.assertEqual(found["input-nonfinite"], (nan_at[0], [37]), report.text)
+        self.assertEqual(found["target-out-of-range"], (label_at[0], [50]), report.text)
+        self.assertEqual(report.data["batches"]["checked"], 15)
+        self.assertFalse(_arrays.plan(list(loader.dataset.tensors), [list(b) for b in loader.batch_sampler], 120))  # draws an epoch: last
+
     def test_tensor_dataset_fields_and_what_stays_on_the_stream(self):
         from torch.utils.data import TensorDataset
         from batchcheck import _arrays
@@ -303,9 +338,9 @@ class TestScan(unittest.TestCase):
             self.assertFalse(_arrays.plan(ok, [[-1]], 10, shm=shm))
             per_batch = _arrays.PER_BATCH
             _arrays.PER_BATCH = 50
-            try:  # 200 bytes in 2 batches: 100 a batch, big enough to stream as fast as it is copied
+            try:  # 20 bytes a row: batches of 5 rows are big enough to stream as fast as they are copied
                 self.assertFalse(_arrays.plan(ok, order, 10, shm=shm))
-                self.assertTrue(_arrays.plan(ok, order + order, 10, shm=shm))
+                self.assertTrue(_arrays.plan(ok, [[i, i + 1] for i in range(0, 10, 2)], 10, shm=shm))
             finally:
                 _arrays.PER_BATCH = per_batch
             limit = _arrays.LIMIT
