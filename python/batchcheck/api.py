@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 import torch
@@ -239,6 +239,17 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "f
            torch.bool: "bool"}
 
 
+def _nbytes(batch):
+    """The bytes of the tensors in a collated batch (nested tuples, lists, dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (tuple, list)):
+        return sum(_nbytes(b) for b in batch)
+    return 0
+
+
 def _dtype(t, name):
     if t.dtype not in _DTYPES:
         raise TypeError("batchcheck.scan: field %r has dtype %s, which the engine does not take" % (name, t.dtype))
@@ -310,6 +321,13 @@ class _Server:
         self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
         self.conns = set()  # open connections (closed with the scan)
         self.closing = False
+        # Batches drawn from a live loader before the engine asks (it is loading LibTorch
+        # meanwhile, on one core): the loader's workers use the other instead of competing with
+        # the engine's steps for both later.
+        self.ahead = deque()
+        self.ahead_end = False  # the iterator ended while reading ahead
+        self.ahead_error = None  # what it raised then
+        self.asked = False  # the engine asked for a batch: reading ahead stops
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
         self.path = os.path.join(self.dir, "loader.sock")
@@ -368,6 +386,36 @@ class _Server:
             self.delivered.add(tuple(idx))
         return idx, batch
 
+    def read_ahead(self, budget=256 << 20):
+        """Draws the live loader's next batches into `ahead` until the engine asks for one, the
+        epoch ends, or they hold `budget` bytes (a thread of its own, started with the engine)."""
+        size = 0
+        while size < budget:
+            with self.lock:
+                if self.closing or self.asked or self.ahead_end or self.ahead_error is not None:
+                    return
+                try:
+                    got = self.next_live()
+                except Exception as e:  # the loader itself failed: raised where the batch is wanted
+                    self.ahead_error = e
+                    return
+                if got is None:
+                    self.ahead_end = True
+                    return
+                self.ahead.append(got)
+                size += _nbytes(got[1])
+
+    def _draw(self):
+        """The live loader's next (indices, batch): read ahead already, or drawn now."""
+        if self.ahead:
+            return self.ahead.popleft()
+        if self.ahead_error is not None:
+            e, self.ahead_error = self.ahead_error, None
+            raise e
+        if self.ahead_end:
+            return None
+        return self.next_live()
+
     def first_batch(self):
         got = self.next_live()
         if got is None:
@@ -390,7 +438,7 @@ class _Server:
             return self.window[key]
         if key in self.expected and key not in self.delivered and not self.exhausted:
             while True:
-                got = self.next_live()
+                got = self._draw()
                 if got is None:
                     self.exhausted = True
                     break
@@ -464,6 +512,7 @@ class _Server:
                     if "hello" in req:
                         _send(conn, json.dumps(self.hello()).encode())
                         continue
+                    self.asked = True
                     if "credit" in req:
                         credits += int(req["credit"])
                     else:
@@ -498,7 +547,7 @@ class _Server:
         if len(self.drawn) < self.yielded:  # draws not recorded (see start_live): nothing to push by
             self.exhausted = True
             return None
-        got = self.next_live()
+        got = self._draw()
         if got is None or got[0] is None:
             # The end, or a batch without a recorded draw: no more pushes (the engine then asks).
             self.exhausted = True
@@ -703,6 +752,8 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         # waits for the stream's greeting (served once the model is saved) before it loads the
         # model. The engine of arrays reads the model at once: it starts once the model is saved.
         engine = launch(True) if eager is True else (None if arrays is not None else launch(False))
+        if server.live is not None and server.unpatch is not None:
+            threading.Thread(target=server.read_ahead, daemon=True).start()
         try:
             scripted = None
             if eager is not True:

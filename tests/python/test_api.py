@@ -175,18 +175,36 @@ class TestScan(unittest.TestCase):
     def test_the_engine_waits_for_a_slow_model_preparation(self):
         # The engine starts before the model is scripted and saved (it loads LibTorch meanwhile),
         # and waits for the stream's greeting: a slow preparation is waited for, not a failure.
+        # Meanwhile the loader's batches are read ahead (here: all of them, with its workers): they
+        # are served in the epoch's order, the findings at the batches the loop delivers them.
         import batchcheck.api as api
-        prepare = api._engine_model
+        prepare, read_ahead = api._engine_model, api._Server.read_ahead
+        drawn = []
 
         def slow(*a, **k):
             time.sleep(2)
             return prepare(*a, **k)
-        api._engine_model = slow
+
+        def counted(server):
+            read_ahead(server)
+            drawn.append((len(server.ahead), server.ahead_end))
+        api._engine_model, api._Server.read_ahead = slow, counted
         try:
-            report = batchcheck.scan(Net(bn=True), DataLoader(Pairs(17), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+            torch.manual_seed(5)
+            ds = Pairs(17, nan=[6, 11])
+            loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+            report = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
         finally:
-            api._engine_model = prepare
-        self.assertEqual([(f.id, f.batch) for f in report.errors()], [("batchnorm-single-value", 2)])
+            api._engine_model, api._Server.read_ahead = prepare, read_ahead
+        self.assertEqual(drawn, [(4, True)])  # the 4 after the first, then the end
+        truth = {}
+        for k, (x, _) in enumerate(real_epoch(loader)):
+            for row in torch.nonzero(torch.isnan(x).flatten(1).any(1)).flatten().tolist():
+                truth[[i for i in (6, 11) if torch.equal(torch.nan_to_num(x[row]), torch.nan_to_num(ds.x[i]))][0]] = k
+        named = {s: o["batch"] for f in report.findings if f.id == "input-nonfinite"
+                 for o in f.data["occurrences"] for s in o["samples"]}
+        self.assertEqual(named, truth, report.text)
+        self.assertIn(("batchnorm-single-value", 4), [(f.id, f.batch) for f in report.errors()])
 
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
         def picky(batch):
