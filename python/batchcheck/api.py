@@ -668,38 +668,15 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             order.pop()
     else:
         order = _export._record_order(loader, n)  # restores every RNG it draws from
+    if aux and eager is True:
+        raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
     restore = _rng_snapshot(loader)
     server = _Server(loader, order, input_key, target_key or "targets")
-    arrays = None
+    arrays = engine = None
     try:
-        server.start_live()
-        first = server.first_batch()
-        if target_key is None:
-            target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
-            server.target_key = target_key
-        fields = _fields(first, input_key, target_key)
-        xs = [t for name, t in fields if name != target_key]
-        x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
-        call = [name for name, _ in fields if name != target_key]
-        if loss == "model" and target_key in dict(fields):
-            call.append(target_key)  # forward computes its loss from them
-        keywords = isinstance(first, dict) and _keyword_names(model, call)
-        # What the keyword adapter (or the eager forward) selects from forward's output.
-        pick = output if output is not None else ("loss" if loss == "model" else "logits")
-        if keywords:
-            output = None  # the adapter returns the prediction itself
-        if aux and eager is True:
-            raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
         config = {"data": {"format": "stream", "path": server.path},
                   "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
                   "loss": _export.loss_config(loss)}
-        names = [name for name, _ in fields]
-        inputs = [name for name in names if name != target_key]
-        model_cfg = {}
-        if names != [input_key, target_key] and names != [input_key]:
-            model_cfg["inputs"] = inputs
-        if target_key != "targets" and target_key in names:
-            config["data"]["targets"] = target_key
         if sequential:
             if loader.drop_last:
                 config["loader"]["drop_last"] = True
@@ -719,16 +696,19 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         # A TensorDataset under default_collate goes to the engine whole, through shared memory
         # (_arrays.py), unless its forward must run here (eager): the stream serves that.
         if eager is not True and server.tensors is not None and _arrays.plan(server.tensors, order, n):
-            arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key))
-        stream_data = config["data"]
+            arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key or "targets"))
         # The other batches of a TensorDataset stream too, but any of them can be served at any
         # time (by indexing): the engine may split the epoch over jobs, each asking for its own
         # batches (read one step ahead, as from files: no pushes, which follow one cursor).
         random_access = arrays is None and server.tensors is not None and eager is not True and \
             _arrays.batch_bytes(server.tensors, order) >= _arrays.PER_BATCH
 
-        def launch(eager_model):
-            m = dict(model_cfg, mode=mode)
+        def engine_config(eager_model, names, target_key, output):
+            """The config for the batch's fields (names), and whether it reads the arrays."""
+            inputs = [name for name in names if name != target_key]
+            m = {"mode": mode}
+            if names != [input_key, target_key] and names != [input_key]:
+                m["inputs"] = inputs
             if eager_model:
                 m["format"] = "eager"
             else:
@@ -738,59 +718,90 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                 if arrays is not None and server.libraries:  # the stream's greeting names them otherwise
                     m["libraries"] = server.libraries
             whole = arrays is not None and not eager_model
-            data = arrays.data_config(inputs, target_key if target_key in names else None) if whole else stream_data
+            if whole:
+                data = arrays.data_config(inputs, target_key if target_key in names else None)
+            else:
+                data = dict(config["data"])
+                if target_key != "targets" and target_key in names:
+                    data["targets"] = target_key
+            return dict(config, data=data, model=m), whole
+
+        def launch(cfg, whole):
             cfg_path = os.path.join(server.dir, "config.json")
             with open(cfg_path, "w") as f:
-                json.dump(dict(config, data=data, model=m), f, indent=2)
+                json.dump(cfg, f, indent=2)
             # Arrays and a random-access stream are split over the cores as the command splits its
             # data; a live loader's stream is served to one job, in its order.
-            split = whole or (random_access and not eager_model)
+            split = whole or (random_access and cfg["model"].get("format") != "eager")
             server.exhausted = split and not whole  # nothing pushed: every batch is asked for
             return _Engine([binary(), "scan", cfg_path] + cmd_tail + ([] if split else ["--jobs", "1"]), quiet)
 
-        # The engine of a stream starts now: it loads LibTorch while the model is prepared, and
-        # waits for the stream's greeting (served once the model is saved) before it loads the
-        # model. The engine of arrays reads the model at once: it starts once the model is saved.
-        engine = launch(True) if eager is True else (None if arrays is not None else launch(False))
+        # The engine of a stream starts now, before the first batch (the loader's workers start
+        # meanwhile), on the guess that it is (inputs, targets) or a tensor: it loads LibTorch,
+        # then waits for the stream's greeting (served once the model is saved) before it loads
+        # the model. Other fields start it again once they are known. The engine of arrays reads
+        # the model at once: it starts once the model is saved.
+        guess = None
+        if arrays is None:
+            guess = engine_config(eager is True, [input_key, target_key or "targets"], target_key or "targets", output)
+            engine = launch(*guess)
+        server.start_live()  # after the engine's start: a loader's workers take a while to start too
+        first = server.first_batch()
         if server.live is not None and server.unpatch is not None:
             threading.Thread(target=server.read_ahead, daemon=True).start()
-        try:
-            scripted = None
-            if eager is not True:
-                try:
-                    scripted = _engine_model(model, call, keywords, fields, x, pick, mode)
-                    try:
-                        scripted.save(model_path)
-                    except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
-                        if keywords:  # the adapter's trace itself: no other way but eager
-                            raise
-                        scripted = _export._trace(model, x, mode)
-                        scripted.save(model_path)
-                except Exception as e:
-                    if eager is False:
-                        raise
-                    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
-                                  "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
-                                  "checks, no checks of its weights, no root cause" % reason, stacklevel=2)
-                    if aux:
-                        raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
-                                        "prediction only") from e
-                    scripted = None
-                    if engine is not None:
-                        engine.stop()
-                    engine = launch(True)
-            if scripted is None:
-                server.forward = _EagerForward(model, call, keywords, pick, mode)
-            else:
-                server.libraries = _export._operator_libraries(scripted)
-                if engine is None:
-                    engine = launch(False)
-            server.thread.start()
-            code, text = engine.wait()
-        finally:
-            if engine is not None:
+        if target_key is None:
+            target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
+            server.target_key = target_key
+        fields = _fields(first, input_key, target_key)
+        xs = [t for name, t in fields if name != target_key]
+        x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
+        call = [name for name, _ in fields if name != target_key]
+        if loss == "model" and target_key in dict(fields):
+            call.append(target_key)  # forward computes its loss from them
+        keywords = isinstance(first, dict) and _keyword_names(model, call)
+        # What the keyword adapter (or the eager forward) selects from forward's output.
+        pick = output if output is not None else ("loss" if loss == "model" else "logits")
+        if keywords:
+            output = None  # the adapter returns the prediction itself
+        names = [name for name, _ in fields]
+        if guess is not None:
+            real = engine_config(eager is True, names, target_key, output)
+            if real[0] != guess[0]:
                 engine.stop()
+                engine = launch(*real)
+        scripted = None
+        if eager is not True:
+            try:
+                scripted = _engine_model(model, call, keywords, fields, x, pick, mode)
+                try:
+                    scripted.save(model_path)
+                except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+                    if keywords:  # the adapter's trace itself: no other way but eager
+                        raise
+                    scripted = _export._trace(model, x, mode)
+                    scripted.save(model_path)
+            except Exception as e:
+                if eager is False:
+                    raise
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
+                              "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
+                              "checks, no checks of its weights, no root cause" % reason, stacklevel=2)
+                if aux:
+                    raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
+                                    "prediction only") from e
+                scripted = None
+                if engine is not None:
+                    engine.stop()
+                engine = launch(*engine_config(True, names, target_key, output))
+        if scripted is None:
+            server.forward = _EagerForward(model, call, keywords, pick, mode)
+        else:
+            server.libraries = _export._operator_libraries(scripted)
+            if engine is None:
+                engine = launch(*engine_config(False, names, target_key, output))
+        server.thread.start()
+        code, text = engine.wait()
         if server.error is not None and not isinstance(server.error, OSError):
             raise server.error
         report_path = cmd_tail[1]
@@ -800,6 +811,8 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             data = json.load(f)
         return Report(data, text, code)
     finally:
+        if engine is not None:
+            engine.stop()
         server.close()
         if arrays is not None:
             arrays.close()

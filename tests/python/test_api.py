@@ -206,6 +206,34 @@ class TestScan(unittest.TestCase):
         self.assertEqual(named, truth, report.text)
         self.assertIn(("batchnorm-single-value", 4), [(f.id, f.batch) for f in report.errors()])
 
+    def test_the_engine_starts_before_the_first_batch_and_again_for_other_fields(self):
+        # It starts on the guess (inputs, targets); a batch of other fields ("labels") starts it again.
+        from batchcheck import api
+        commands = []
+        engine = api._Engine
+
+        class Seen(engine):
+            def __init__(self, cmd, quiet):
+                super().__init__(cmd, quiet)
+                commands.append(json.load(open(cmd[2]))["data"])
+
+        def as_dict(batch):
+            x, y = collate_as_float(batch)
+            return {"inputs": x, "labels": y}
+        api._Engine = Seen
+        try:
+            kept = batchcheck.scan(Net(), DataLoader(Pairs(20, labels={13: 9}), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+            self.assertEqual(len(commands), 1)
+            again = batchcheck.scan(Net(), DataLoader(Pairs(20, labels={13: 9}), batch_size=8, collate_fn=as_dict),
+                                    nn.CrossEntropyLoss(), quiet=True)
+        finally:
+            api._Engine = engine
+        self.assertEqual(len(commands), 3)
+        self.assertNotIn("targets", commands[1])
+        self.assertEqual(commands[2]["targets"], "labels")
+        for report in (kept, again):
+            self.assertEqual([(f.id, f.batch, f.samples) for f in report.errors()], [("target-out-of-range", 1, [13])])
+
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
         def picky(batch):
             if len(batch) < 4:
