@@ -8,7 +8,7 @@
 Your loader runs in your process, as training runs it (its sampler, collate_fn, transforms and
 workers); each batch it yields is sent to batchcheck's engine over a Unix socket, nothing is
 written to disk but the model (scripted, or traced on the first batch) and the recorded order
-(a TensorDataset under default_collate goes whole, through shared memory: _arrays.py).
+(a TensorDataset under default_collate goes whole, through memfds: _arrays.py).
 The engine runs in its own supervised process: a crash of LibTorch is a finding, never a crash
 of yours. Every RNG the loader can reach is restored afterwards, so the epoch your training
 runs next is the one that was scanned.
@@ -693,7 +693,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         if device:
             cmd_tail += ["--device", device]
         cmd_tail += list(args)
-        # A TensorDataset under default_collate goes to the engine whole, through shared memory
+        # A TensorDataset under default_collate goes to the engine whole, through memfds
         # (_arrays.py), unless its forward must run here (eager): the stream serves that.
         if eager is not True and server.tensors is not None and _arrays.plan(server.tensors, order, n):
             arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key or "targets"))

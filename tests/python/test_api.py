@@ -293,14 +293,14 @@ class TestScan(unittest.TestCase):
         self.assertIsNone(api._indexed_tensors(DataLoader(Mine(x, y), batch_size=16)))
         self.assertIsNone(api._indexed_tensors(DataLoader(TensorDataset(x, y), batch_size=16, collate_fn=collate_as_float)))
 
-    def test_tensor_dataset_goes_whole_through_shared_memory_with_the_streams_verdicts(self):
-        # Such a loader runs no code of the user's: its tensors go to the engine once (/dev/shm),
-        # with the sampler's order, and the engine splits the epoch over its jobs. Its report must
-        # be the stream's, finding for finding; the files must be gone afterwards.
+    def test_tensor_dataset_goes_whole_through_memory_with_the_streams_verdicts(self):
+        # Such a loader runs no code of the user's: its tensors go to the engine once (memfds), with
+        # the sampler's order, and the engine splits the epoch over its jobs. Its report must be the
+        # stream's, finding for finding; the memory must be freed afterwards.
         from torch.utils.data import TensorDataset
         from batchcheck import _arrays
         if not _arrays.plan([torch.zeros(1)], [[0]], 1):
-            self.skipTest("no writable /dev/shm here: the stream serves TensorDatasets")
+            self.skipTest("no memfd here: the stream serves TensorDatasets")
         g = torch.Generator().manual_seed(1)
         x, y = torch.rand(97, 3, 8, 8, generator=g), torch.randint(0, 4, (97,), generator=g)
         x[5, 0, 1, 1] = float("inf")
@@ -312,7 +312,7 @@ class TestScan(unittest.TestCase):
         class Seen(_arrays.Arrays):
             def __init__(self, *a, **k):
                 super().__init__(*a, **k)
-                made.append(self.dir)
+                made.append(list(self.fds))
         plan, whole = _arrays.plan, _arrays.Arrays
         for name, loader in cases.items():
             with self.subTest(name):
@@ -321,7 +321,9 @@ class TestScan(unittest.TestCase):
                 try:
                     fast = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
                     self.assertEqual(len(made), 1)
-                    self.assertFalse(os.path.exists(made.pop()))  # removed with the scan
+                    for fd in made.pop():  # closed with the scan
+                        with self.assertRaises(OSError):
+                            os.fstat(fd)
                     _arrays.plan = lambda *a, **k: False
                     torch.manual_seed(0)
                     streamed = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
@@ -337,7 +339,7 @@ class TestScan(unittest.TestCase):
         self.assertIn(("batchnorm-single-value", 12), [(f.id, f.batch) for f in fast.errors()])
 
     def test_tensor_dataset_of_large_batches_streams_to_several_jobs(self):
-        # Batches over 256 KiB are streamed (one copy to /dev/shm would cost more than it saves),
+        # Batches over 256 KiB are streamed (one copy to memory would cost more than it saves),
         # but any of them can be served at any time: the engine splits the epoch over its jobs,
         # each asking for its own batches. The findings stay where the real epoch has them.
         from torch.utils.data import TensorDataset
@@ -360,7 +362,7 @@ class TestScan(unittest.TestCase):
         finally:
             api._Engine = engine
         self.assertEqual(len(commands), 1)
-        self.assertNotIn("/dev/shm", json.dumps(report.data))
+        self.assertNotIn("/proc/", json.dumps(report.data))
         self.assertEqual(commands[0].count("--jobs"), 1)  # theirs (2): not held to one job
         epoch = real_epoch(loader)
         nan_at = [k for k, (xb, _) in enumerate(epoch) if torch.isnan(xb).any()]
@@ -374,36 +376,41 @@ class TestScan(unittest.TestCase):
     def test_tensor_dataset_fields_and_what_stays_on_the_stream(self):
         from torch.utils.data import TensorDataset
         from batchcheck import _arrays
-        with tempfile.TemporaryDirectory() as shm:
-            ok = [torch.zeros(10, 3), torch.zeros(10, dtype=torch.long)]
-            order = [list(range(0, 5)), list(range(5, 10))]
-            self.assertTrue(_arrays.plan(ok, order, 10, shm=shm))
-            self.assertFalse(_arrays.plan(ok, order, 10, shm=os.path.join(shm, "absent")))
-            self.assertFalse(_arrays.plan([torch.zeros(10, 3, dtype=torch.bfloat16)], order, 10, shm=shm))  # no .npy dtype
-            self.assertFalse(_arrays.plan(ok, [[0, 10]], 10, shm=shm))  # the loader raises at that batch: the stream says so
-            self.assertFalse(_arrays.plan(ok, [[-1]], 10, shm=shm))
-            per_batch = _arrays.PER_BATCH
-            _arrays.PER_BATCH = 50
-            try:  # 20 bytes a row: batches of 5 rows are big enough to stream as fast as they are copied
-                self.assertFalse(_arrays.plan(ok, order, 10, shm=shm))
-                self.assertTrue(_arrays.plan(ok, [[i, i + 1] for i in range(0, 10, 2)], 10, shm=shm))
-            finally:
-                _arrays.PER_BATCH = per_batch
-            limit = _arrays.LIMIT
+        ok = [torch.zeros(10, 3), torch.zeros(10, dtype=torch.long)]
+        order = [list(range(0, 5)), list(range(5, 10))]
+        self.assertEqual(_arrays.plan(ok, order, 10), _arrays.supported())
+        if not _arrays.supported():
+            self.skipTest("no memfd here: the stream serves TensorDatasets")
+        self.assertFalse(_arrays.plan([torch.zeros(10, 3, dtype=torch.bfloat16)], order, 10))  # no .npy dtype
+        self.assertFalse(_arrays.plan(ok, [[0, 10]], 10))  # the loader raises at that batch: the stream says so
+        self.assertFalse(_arrays.plan(ok, [[-1]], 10))
+        per_batch, limit, available = _arrays.PER_BATCH, _arrays.LIMIT, _arrays._available
+        try:
+            _arrays.PER_BATCH = 50  # 20 bytes a row: batches of 5 rows stream as fast as they are copied
+            self.assertFalse(_arrays.plan(ok, order, 10))
+            self.assertTrue(_arrays.plan(ok, [[i, i + 1] for i in range(0, 10, 2)], 10))
+            _arrays.PER_BATCH = per_batch
             _arrays.LIMIT = 100
-            try:
-                self.assertFalse(_arrays.plan(ok, order, 10, shm=shm))  # 200 bytes: too much to hold twice
-            finally:
-                _arrays.LIMIT = limit
-            # Fields keep their names in the config, never in the file names (they are the user's).
-            arrays = _arrays.Arrays([("inputs", ok[0]), ("../mask", torch.ones(10, 3)), ("targets", ok[1])], shm=shm)
-            cfg = arrays.data_config(["inputs", "../mask"], "targets")
-            self.assertEqual(sorted(cfg["inputs"]), ["../mask", "inputs"])
-            self.assertTrue(all(os.path.dirname(f) == arrays.dir for f in list(cfg["inputs"].values()) + [cfg["targets"]]))
-            import numpy as np
-            self.assertTrue(np.array_equal(np.load(cfg["targets"]), ok[1].numpy()))
-            arrays.close()
-            self.assertEqual(os.listdir(shm), [])
+            self.assertFalse(_arrays.plan(ok, order, 10))  # 200 bytes: too much to hold twice
+            _arrays.LIMIT = limit
+            _arrays._available = lambda: 399
+            self.assertFalse(_arrays.plan(ok, order, 10))  # under twice their size available
+            _arrays._available = lambda: 400
+            self.assertTrue(_arrays.plan(ok, order, 10))
+        finally:
+            _arrays.PER_BATCH, _arrays.LIMIT, _arrays._available = per_batch, limit, available
+        # Fields keep their names in the config, never in the files' (they are the user's).
+        arrays = _arrays.Arrays([("inputs", ok[0]), ("../mask", torch.ones(10, 3)), ("targets", ok[1])])
+        cfg = arrays.data_config(["inputs", "../mask"], "targets")
+        self.assertEqual(sorted(cfg["inputs"]), ["../mask", "inputs"])
+        files = list(cfg["inputs"].values()) + [cfg["targets"]]
+        self.assertEqual([os.path.dirname(f) for f in files], ["/proc/%d/fd" % os.getpid()] * 3)
+        self.assertTrue(all("mask" not in os.readlink(f) for f in files))
+        import numpy as np
+        self.assertTrue(np.array_equal(np.load(cfg["targets"]), ok[1].numpy()))
+        self.assertTrue(np.array_equal(np.load(cfg["inputs"]["../mask"]), np.ones((10, 3), dtype=np.float32)))
+        arrays.close()
+        self.assertFalse(any(os.path.exists(f) and "batchcheck-field" in os.readlink(f) for f in files))
 
         class TwoInputs(nn.Module):
             def __init__(self):
