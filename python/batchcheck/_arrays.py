@@ -24,16 +24,31 @@ _NPY = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, to
         torch.uint8, torch.bool}
 
 
-def _available():
-    """MemAvailable in bytes; 0 where it cannot be read."""
+CGROUP = "/sys/fs/cgroup"
+
+
+def _read(path):
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _available():
+    """The memory this process may still take, in bytes: MemAvailable, and under a cgroup (v2)
+    memory limit (a container's) what is left of it; 0 where MemAvailable cannot be read."""
+    free = 0
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                free = int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return 0
+    limit, used = _read(os.path.join(CGROUP, "memory.max")).strip(), _read(os.path.join(CGROUP, "memory.current")).strip()
+    if limit.isdigit() and used.isdigit():
+        free = min(free, max(0, int(limit) - int(used)))
+    return free
 
 
 def _proc_fd(fd):

@@ -370,7 +370,6 @@ class _Server:
             idx = list(self.order[j])
             self.drawn.append(idx)
             self.yielded += 1
-            self.delivered.add(tuple(idx))
             return idx, self._index(idx)
         try:
             batch = next(self.live)
@@ -382,8 +381,6 @@ class _Server:
             batch = e
         self.yielded += 1
         idx = self.drawn[j] if len(self.drawn) > j else None
-        if idx is not None:
-            self.delivered.add(tuple(idx))
         return idx, batch
 
     def read_ahead(self, budget=256 << 20):
@@ -406,15 +403,20 @@ class _Server:
                 size += _nbytes(got[1])
 
     def _draw(self):
-        """The live loader's next (indices, batch): read ahead already, or drawn now."""
+        """The live loader's next (indices, batch): read ahead already, or drawn now. Its indices
+        count as delivered from here (a batch read ahead is still to be drawn from `ahead`)."""
         if self.ahead:
-            return self.ahead.popleft()
-        if self.ahead_error is not None:
+            got = self.ahead.popleft()
+        elif self.ahead_error is not None:
             e, self.ahead_error = self.ahead_error, None
             raise e
-        if self.ahead_end:
+        elif self.ahead_end:
             return None
-        return self.next_live()
+        else:
+            got = self.next_live()
+        if got is not None and got[0] is not None:
+            self.delivered.add(tuple(got[0]))
+        return got
 
     def first_batch(self):
         got = self.next_live()
@@ -423,6 +425,8 @@ class _Server:
         idx, batch = got
         if isinstance(batch, Exception):
             raise batch
+        if idx is not None:
+            self.delivered.add(tuple(idx))
         self.window[tuple(idx) if idx is not None else None] = batch
         self.first = batch
         return batch
@@ -530,7 +534,8 @@ class _Server:
                         self._respond(conn, got[0], got[1], pushed=True)
                         credits -= 1
         except (OSError, ValueError, KeyError) as e:  # the engine went away, or a malformed request
-            self.error = self.error or e
+            if self.error is None or (isinstance(self.error, OSError) and not isinstance(e, OSError)):
+                self.error = e  # a dead connection's broken pipe (an engine stopped) hides nothing
         except Exception as e:  # the loader itself failed: the engine reads a closed socket
             if self.error is None or isinstance(self.error, OSError):  # not hidden by a dead engine's pipe
                 self.error = e
@@ -609,6 +614,31 @@ def _engine_model(model, call, keywords, fields, x, pick, mode):
         return _export._trace(_Keywords(model, call, pick), example, mode)
     scripted, _ = _export._script_or_trace(model, x, mode)
     return scripted
+
+
+def _each(*steps):
+    """Runs every step in order, even where one raises; then raises the first exception."""
+    error = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:  # a KeyboardInterrupt in one must not skip putting the loader back
+            error = error or e
+    if error is not None:
+        raise error
+
+
+def _without_jobs(args):
+    """args without --jobs J / --jobs=J (a scan that must run as one job)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--jobs":
+            skip = True
+        elif not a.startswith("--jobs="):
+            out.append(a)
+    return out
 
 
 def gate(model, loader, loss, **options):
@@ -696,7 +726,10 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         # A TensorDataset under default_collate goes to the engine whole, through memfds
         # (_arrays.py), unless its forward must run here (eager): the stream serves that.
         if eager is not True and server.tensors is not None and _arrays.plan(server.tensors, order, n):
-            arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key or "targets"))
+            try:
+                arrays = _arrays.Arrays(_fields(list(server.tensors), input_key, target_key or "targets"))
+            except OSError:  # memfd refused here (an old kernel, a seccomp profile): the stream
+                arrays = None
         # The other batches of a TensorDataset stream too, but any of them can be served at any
         # time (by indexing): the engine may split the epoch over jobs, each asking for its own
         # batches (read one step ahead, as from files: no pushes, which follow one cursor).
@@ -734,7 +767,8 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             # data; a live loader's stream is served to one job, in its order.
             split = whole or (random_access and cfg["model"].get("format") != "eager")
             server.exhausted = split and not whole  # nothing pushed: every batch is asked for
-            return _Engine([binary(), "scan", cfg_path] + cmd_tail + ([] if split else ["--jobs", "1"]), quiet)
+            tail = cmd_tail if split else _without_jobs(cmd_tail) + ["--jobs", "1"]
+            return _Engine([binary(), "scan", cfg_path] + tail, quiet)
 
         # The engine of a stream starts now, before the first batch (the loader's workers start
         # meanwhile), on the guess that it is (inputs, targets) or a tensor: it loads LibTorch,
@@ -747,7 +781,9 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             engine = launch(*guess)
         server.start_live()  # after the engine's start: a loader's workers take a while to start too
         first = server.first_batch()
-        if server.live is not None and server.unpatch is not None:
+        # Only with workers: without, their Dataset would run in a thread beside the model's
+        # preparation, and a transform drawing from torch's global RNG would race a trace for it.
+        if server.live is not None and server.unpatch is not None and loader.num_workers > 0:
             threading.Thread(target=server.read_ahead, daemon=True).start()
         if target_key is None:
             target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
@@ -793,6 +829,9 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                 scripted = None
                 if engine is not None:
                     engine.stop()
+                if arrays is not None:  # the forward runs here: batches go through the stream
+                    arrays.close()
+                    arrays = None
                 engine = launch(*engine_config(True, names, target_key, output))
         if scripted is None:
             server.forward = _EagerForward(model, call, keywords, pick, mode)
@@ -811,9 +850,5 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             data = json.load(f)
         return Report(data, text, code)
     finally:
-        if engine is not None:
-            engine.stop()
-        server.close()
-        if arrays is not None:
-            arrays.close()
-        restore()
+        _each(lambda: engine is not None and engine.stop(), server.close, lambda: arrays is not None and arrays.close(),
+              restore)

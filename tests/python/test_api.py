@@ -215,7 +215,8 @@ class TestScan(unittest.TestCase):
         class Seen(engine):
             def __init__(self, cmd, quiet):
                 super().__init__(cmd, quiet)
-                commands.append(json.load(open(cmd[2]))["data"])
+                with open(cmd[2]) as f:
+                    commands.append(json.load(f)["data"])
 
         def as_dict(batch):
             x, y = collate_as_float(batch)
@@ -233,6 +234,49 @@ class TestScan(unittest.TestCase):
         self.assertEqual(commands[2]["targets"], "labels")
         for report in (kept, again):
             self.assertEqual([(f.id, f.batch, f.samples) for f in report.errors()], [("target-out-of-range", 1, [13])])
+
+    def test_batches_read_ahead_are_served_from_the_loader_even_out_of_order(self):
+        # --edges asks for the last batch second; it was read ahead already (the model's
+        # preparation is slow): it must be the one the loader's workers made, not made again here.
+        import batchcheck.api as api
+        prepare = api._engine_model
+
+        class Counted(Pairs):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                self.here = os.getpid()
+                self.calls = 0  # in this process only: a worker counts on its own copy
+
+            def __getitem__(self, i):
+                if os.getpid() == self.here:
+                    self.calls += 1
+                return super().__getitem__(i)
+
+        def slow(*a, **k):
+            time.sleep(1.5)
+            return prepare(*a, **k)
+        ds = Counted(120, nan=[117])  # 15 batches: the last is past the 4 pushed behind the first
+        api._engine_model = slow
+        try:
+            report = batchcheck.scan(Net(), DataLoader(ds, batch_size=8, num_workers=2), nn.CrossEntropyLoss(), quiet=True,
+                                     args=["--edges"])
+        finally:
+            api._engine_model = prepare
+        self.assertEqual([(f.id, f.batch, f.samples) for f in report.errors() if f.id == "input-nonfinite"], [("input-nonfinite", 14, [117])])
+        self.assertEqual(ds.calls, 1)  # the probe's batch of one, nothing else (8 more: batch 14 made again here)
+        # A live loader's stream runs as one job, whatever --jobs says.
+        report = batchcheck.scan(Net(), DataLoader(ds, batch_size=8, num_workers=1), nn.CrossEntropyLoss(), quiet=True,
+                                 args=["--jobs", "2"])
+        self.assertEqual(report.data["batches"]["checked"], 15, report.text)
+        # Without workers nothing is read ahead (their Dataset would run beside the model's preparation).
+        started = []
+        read_ahead = api._Server.read_ahead
+        api._Server.read_ahead = lambda server: started.append(1)
+        try:
+            batchcheck.scan(Net(), DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+        finally:
+            api._Server.read_ahead = read_ahead
+        self.assertEqual(started, [])
 
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
         def picky(batch):
@@ -399,6 +443,27 @@ class TestScan(unittest.TestCase):
             self.assertTrue(_arrays.plan(ok, order, 10))
         finally:
             _arrays.PER_BATCH, _arrays.LIMIT, _arrays._available = per_batch, limit, available
+        with tempfile.TemporaryDirectory() as cg:  # a container's memory limit counts
+            for name, value in (("memory.max", "1000\n"), ("memory.current", "600\n")):
+                with open(os.path.join(cg, name), "w") as f:
+                    f.write(value)
+            cgroup, _arrays.CGROUP = _arrays.CGROUP, cg
+            try:
+                self.assertEqual(_arrays._available(), 400)
+            finally:
+                _arrays.CGROUP = cgroup
+        # Where memfd is refused (an old kernel, a seccomp profile), the scan streams instead.
+        memfd = os.memfd_create
+
+        def refused(*a):
+            raise OSError(38, "Function not implemented")
+        os.memfd_create = refused
+        try:
+            streamed = batchcheck.scan(Net(), DataLoader(TensorDataset(torch.rand(20, 3, 8, 8), torch.full((20,), 7)), batch_size=8),
+                                       nn.CrossEntropyLoss(), quiet=True)
+        finally:
+            os.memfd_create = memfd
+        self.assertEqual([(f.id, f.batch) for f in streamed.errors()][:1], [("target-out-of-range", 0)])
         # Fields keep their names in the config, never in the files' (they are the user's).
         arrays = _arrays.Arrays([("inputs", ok[0]), ("../mask", torch.ones(10, 3)), ("targets", ok[1])])
         cfg = arrays.data_config(["inputs", "../mask"], "targets")
