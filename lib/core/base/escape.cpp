@@ -1,6 +1,7 @@
 #include "core/base/escape.h"
 
 #include <cstdio>
+#include <utility>
 
 namespace batchcheck {
 
@@ -108,6 +109,8 @@ std::string guard_command(std::string line) {
 }  // namespace
 
 std::string log_text(std::string_view s) { return guard_command(terminal_text(s)); }
+
+std::string guard_log_line(std::string line) { return guard_command(std::move(line)); }
 
 std::string log_lines(std::string_view s) {
   const std::string text = terminal_lines(s);

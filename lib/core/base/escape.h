@@ -27,6 +27,10 @@ std::string log_text(std::string_view s);
 // terminal_lines with each line guarded as log_text guards one.
 std::string log_lines(std::string_view s);
 
+// A log line put together from pieces already made visible (terminal_text), guarded as
+// log_text guards one: "x" + ": " + "y" may begin with "::" where no piece does (x = ":").
+std::string guard_log_line(std::string line);
+
 // A POSIX shell word that stands for exactly `s`: 'it'\''s' (single quotes; nothing inside
 // is expanded by sh, bash, zsh or dash).
 std::string shell_quote(std::string_view s);

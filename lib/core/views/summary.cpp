@@ -1,6 +1,7 @@
 #include "core/views/summary.h"
 
 #include <sstream>
+#include <utility>
 
 #include "core/base/escape.h"
 #include "core/base/text.h"
@@ -40,11 +41,11 @@ std::string format_summary(const ScanResult& result) {
     out << "\n    " << log_text(f.message) << "\n";
     // The user's line that raised (forward and backward errors).
     if (f.evidence.contains("location") && f.evidence["location"].is_string()) {
-      out << "    " << log_text(f.evidence["location"].get<std::string>());
+      std::string where = terminal_text(f.evidence["location"].get<std::string>());
       if (f.evidence.contains("source_line") && f.evidence["source_line"].is_string()) {
-        out << ": " << terminal_text(f.evidence["source_line"].get<std::string>());
+        where += ": " + terminal_text(f.evidence["source_line"].get<std::string>());
       }
-      out << "\n";
+      out << "    " << guard_log_line(std::move(where)) << "\n";  // the whole line: ":" + ": " is "::"
     }
     // Where the bad value was born: the user's line (root_cause, when localized).
     const auto& rc = f.root_cause;

@@ -85,6 +85,10 @@ TEST(Escape, LogTextCannotStartAWorkflowCommand) {
   EXPECT_EQ(log_lines("fix\n::add-mask::x\n  ok\x1b"), "fix\n\\x3a:add-mask::x\n  ok\\x1b");
   // The runner trims Unicode spaces too (.NET's TrimStart), and reads "##[cmd]" anywhere.
   EXPECT_EQ(log_text("\xc2\xa0::add-mask::x"), "\xc2\xa0\\x3a:add-mask::x");
+  // A line of pieces: ":" then ": " makes the "::" no piece has.
+  EXPECT_EQ(guard_log_line(log_text(":") + ": " + terminal_text("x")), "\\x3a: x");
+  EXPECT_EQ(guard_log_line(" :: y"), " \\x3a: y");
+  EXPECT_EQ(guard_log_line("a :: b"), "a :: b");
   EXPECT_EQ(log_text("\xe3\x80\x80 ::stop-commands::t"), "\xe3\x80\x80 \\x3a:stop-commands::t");
   EXPECT_EQ(terminal_text("boom ##[error]x ##[set-output name=a]b"), "boom #\\x23[error]x #\\x23[set-output name=a]b");
   EXPECT_EQ(terminal_text("# heading ## two #["), "# heading ## two #[");

@@ -30,6 +30,8 @@ const std::vector<std::string>& hostile() {
       "\x1b]0;title\x07\x1b[31mred",  // OSC and CSI terminal escapes
       "a\n::stop-commands::tok\nz",
       "::error file=x::injected",
+      ":",  // with the ": " a line puts after it, a workflow command's "::"
+      " :",
       "%0A%25",
       "```",
       "```python\nimport os\n```",
