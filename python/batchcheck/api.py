@@ -737,7 +737,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
             _arrays.batch_bytes(server.tensors, order) >= _arrays.PER_BATCH
 
         def engine_config(eager_model, names, target_key, output):
-            """The config for the batch's fields (names), and whether it reads the arrays."""
+            """The config for the batch's fields (names)."""
             inputs = [name for name in names if name != target_key]
             m = {"mode": mode}
             if names != [input_key, target_key] and names != [input_key]:
@@ -750,21 +750,21 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                     m["output"] = output
                 if arrays is not None and server.libraries:  # the stream's greeting names them otherwise
                     m["libraries"] = server.libraries
-            whole = arrays is not None and not eager_model
-            if whole:
+            if arrays is not None and not eager_model:
                 data = arrays.data_config(inputs, target_key if target_key in names else None)
             else:
                 data = dict(config["data"])
                 if target_key != "targets" and target_key in names:
                     data["targets"] = target_key
-            return dict(config, data=data, model=m), whole
+            return dict(config, data=data, model=m)
 
-        def launch(cfg, whole):
+        def launch(cfg):
             cfg_path = os.path.join(server.dir, "config.json")
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
             # Arrays and a random-access stream are split over the cores as the command splits its
             # data; a live loader's stream is served to one job, in its order.
+            whole = cfg["data"]["format"] == "npy"
             split = whole or (random_access and cfg["model"].get("format") != "eager")
             server.exhausted = split and not whole  # nothing pushed: every batch is asked for
             tail = cmd_tail if split else _without_jobs(cmd_tail) + ["--jobs", "1"]
@@ -778,7 +778,7 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         guess = None
         if arrays is None:
             guess = engine_config(eager is True, [input_key, target_key or "targets"], target_key or "targets", output)
-            engine = launch(*guess)
+            engine = launch(guess)
         server.start_live()  # after the engine's start: a loader's workers take a while to start too
         first = server.first_batch()
         # Only with workers: without, their Dataset would run in a thread beside the model's
@@ -802,9 +802,9 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         names = [name for name, _ in fields]
         if guess is not None:
             real = engine_config(eager is True, names, target_key, output)
-            if real[0] != guess[0]:
+            if real != guess:
                 engine.stop()
-                engine = launch(*real)
+                engine = launch(real)
         scripted = None
         if eager is not True:
             try:
@@ -832,13 +832,13 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                 if arrays is not None:  # the forward runs here: batches go through the stream
                     arrays.close()
                     arrays = None
-                engine = launch(*engine_config(True, names, target_key, output))
+                engine = launch(engine_config(True, names, target_key, output))
         if scripted is None:
             server.forward = _EagerForward(model, call, keywords, pick, mode)
         else:
             server.libraries = _export._operator_libraries(scripted)
             if engine is None:
-                engine = launch(*engine_config(False, names, target_key, output))
+                engine = launch(engine_config(False, names, target_key, output))
         server.thread.start()
         code, text = engine.wait()
         if server.error is not None and not isinstance(server.error, OSError):
