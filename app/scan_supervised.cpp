@@ -17,9 +17,12 @@
 #include <exception>
 
 #include "core/base/errors.h"
+#include "core/base/escape.h"
+#include "core/base/text.h"
 #include "core/journal/journal.h"
 #include "engine/scan_module.h"
 #include "scan_entry.h"
+#include "supervise/cuda_preload.h"
 #include "supervise/supervisor.h"
 
 namespace batchcheck {
@@ -46,6 +49,7 @@ ScanOutcome run_scan_entry(const ScanCommand& cmd, std::ostream& out, std::ostre
   opt.engine = self_exe();
   if (opt.engine.empty()) throw std::runtime_error("cannot find the batchcheck executable (/proc/self/exe)");
   opt.args = {kEngineChildArg};
+  opt.module = module_path();
   // LibTorch's own log lines (glog in Debian's build, with its "Logging before
   // InitGoogleLogging()" banner; c10's in pip's) would break the one-line error contract: off
   // unless -v. The engine child inherits it (c10::initLogging); a user's own setting wins.
@@ -65,6 +69,10 @@ int run_engine_child() {
     return 2;
   }
   JournalWriter journal(kJournalFd);
+  // LibTorch's CUDA library, where the parent asked for it, before the engine's own LibTorch.
+  if (const std::string why = preload_engine_libraries(); !why.empty()) {
+    std::cerr << "batchcheck: warning: LibTorch's CUDA library did not load: " << terminal_text(single_line(why)) << "\n";
+  }
   // LibTorch first, the request after: a child started ahead of its request (the --jobs
   // default's standby) is ready when the request comes.
   const std::string path = module_path();

@@ -1,5 +1,6 @@
 #include "engine/scan_command.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <optional>
@@ -135,6 +136,8 @@ namespace {
 // begins, "localize:SIG" when root-cause localization starts (SIG: SEGV, ABRT, KILL, BUS, FPE). A real
 // death by that signal: what the supervisor sees is what a crash inside LibTorch gives.
 // "log:" logs a warning and an error through LibTorch's own logging (glog or c10's).
+// "maps:" says on stderr which of LibTorch's CUDA libraries the child has mapped before the
+// model loads (supervise/cuda_preload.h: a CUDA scan has them from its start, a CPU scan none).
 struct TestFault {
   std::string where;  // "load", "step", "from" or "localize"
   uint64_t step = 0;
@@ -150,7 +153,7 @@ std::optional<TestFault> test_fault() {
   if (colon == std::string::npos) return std::nullopt;
   f.where = s.substr(0, colon);
   std::string rest = s.substr(colon + 1);
-  if (f.where == "log") return f;
+  if (f.where == "log" || f.where == "maps") return f;
   if (f.where == "step" || f.where == "from") {
     auto c2 = rest.find(':');
     if (c2 == std::string::npos) return std::nullopt;
@@ -163,6 +166,20 @@ std::optional<TestFault> test_fault() {
   }
   if (f.sig == 0) return std::nullopt;
   return f;
+}
+
+// The CUDA libraries of LibTorch this process has mapped, by file name ("none").
+std::string mapped_cuda_libraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<std::string> seen;
+  for (std::string line; std::getline(maps, line);) {
+    const std::string name = line.substr(line.rfind('/') == std::string::npos ? line.size() : line.rfind('/') + 1);
+    if (name.rfind("libtorch_cuda", 0) != 0 && name.rfind("libcudnn", 0) != 0 && name.rfind("libc10_cuda", 0) != 0) continue;
+    if (std::find(seen.begin(), seen.end(), name) == seen.end()) seen.push_back(name);
+  }
+  std::string out;
+  for (const auto& n : seen) out += (out.empty() ? "" : " ") + n;
+  return out.empty() ? "none" : out;
 }
 
 [[noreturn]] void die_of(int sig) {
@@ -210,7 +227,9 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   try {
     Config cfg = prepare_scan_config(cmd);
     BackendOptions bo = backend_options(cmd, cfg);
+    bo.load_cuda_late = false;
     const std::optional<TestFault> fault = test_fault();
+    if (fault && fault->where == "maps") err << "batchcheck test: mapped before the model: " << mapped_cuda_libraries() << std::endl;
     bo.loading = [&journal, &fault, &loading](const std::string& file) {
       loading = file;
       journal.loading(file);

@@ -17,6 +17,10 @@ struct BackendOptions {
   std::string device_file, device_where = "device";
   Mode mode = Mode::Train;
   bool sync = true;
+  // Whether a CUDA device may load libtorch_cuda.so now (in-process scans). The supervised
+  // engine child may not: its parent started it with the library preloaded where CUDA is
+  // wanted (supervise/cuda_preload.h), since cuDNN loaded late crashes at its first call.
+  bool load_cuda_late = true;
   bool backward = false;  // forward with autograd, then loss.backward() per batch
   std::optional<uint64_t> threads;
   // Called with each input file's name before LibTorch reads it (the supervisor names the
@@ -35,6 +39,8 @@ bool cuda_device_visible();
 std::string load_cuda_runtime();
 // Whether libtorch_cuda.so is in this process.
 bool cuda_runtime_loaded();
+// Whether this LibTorch has a CUDA library (libtorch_cuda.so beside libtorch_cpu.so).
+bool libtorch_has_cuda();
 
 // Loads the model and opens the data. Throws InputError for unusable files.
 std::unique_ptr<Backend> make_torch_backend(const Config& cfg, const BackendOptions& options);

@@ -105,18 +105,25 @@ std::string load_cuda_runtime() {
   static const std::string failure = []() -> std::string {
     const std::string path = cuda_library_path();
     std::error_code ec;
-    if (path.empty() || cuda_runtime_loaded() || !std::filesystem::exists(path, ec)) return "";  // linked, or no CUDA
+    if (path.empty() || !std::filesystem::exists(path, ec)) return "";  // no CUDA in this LibTorch
     // Global: its kernels and CUDA hooks register with libtorch_cpu, and its symbols serve
     // the libraries loaded after it. Then libtorch.so, which needs it: a library built against
     // the whole LibTorch (an operator library, a .pt2 package) names libtorch.so, which would
-    // otherwise be looked for on the system's path (and another LibTorch found there).
+    // otherwise be looked for on the system's path (and another LibTorch found there). Each
+    // one only where it is not loaded yet: the engine child has libtorch_cuda from its start.
+    const bool had_cuda = cuda_runtime_loaded();
     for (const char* name : {"libtorch_cuda.so", "libtorch.so"}) {
       const std::string lib = libtorch_library(name);
+      if (void* h = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+        ::dlclose(h);
+        continue;
+      }
       if (std::filesystem::exists(lib, ec) && !::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
         const char* why = ::dlerror();
         return why ? why : lib + ": cannot load";
       }
     }
+    if (had_cuda) return "";
     const auto add = c10::Dispatcher::singleton().findSchema({"aten::add", "Tensor"});
     if (!add || !add->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) return path + " loaded, but registered no CUDA kernels";
     const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
@@ -126,6 +133,12 @@ std::string load_cuda_runtime() {
     return "";
   }();
   return failure;
+}
+
+bool libtorch_has_cuda() {
+  const std::string path = cuda_library_path();
+  std::error_code ec;
+  return !path.empty() && std::filesystem::exists(path, ec);
 }
 
 std::string libtorch_rest_note() {
@@ -158,11 +171,13 @@ c10::Device pick_device(const BackendOptions& opt) {
   std::string d = opt.device;
   const bool wants_cuda = d == "auto" || d.rfind("cuda", 0) == 0;
   std::string cuda_failure;
-  if (wants_cuda) cuda_failure = load_cuda_runtime();
-  if (wants_cuda && opt.sync) {
-    // Must precede CUDA's initialization to take effect: errors then surface at the
-    // failing kernel's call site instead of a later, unrelated one.
-    ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  if (wants_cuda && !opt.load_cuda_late && !cuda_runtime_loaded()) {
+    // The engine child's parent preloads CUDA's library wherever it can be used: without
+    // it, "auto" is the CPU, and "cuda" says why there is none.
+    if (d == "auto") return c10::Device(c10::kCPU);
+    if (libtorch_has_cuda()) cuda_failure = cuda_library_path() + " was not loaded when the scan engine started";
+  } else if (wants_cuda) {
+    cuda_failure = load_cuda_runtime();
   }
   if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
   if (d.rfind("cuda", 0) == 0) {
@@ -171,7 +186,10 @@ c10::Device pick_device(const BackendOptions& opt) {
         throw InputError(opt.device_file, opt.device_where, "\"" + opt.device + "\" requested, but LibTorch's CUDA library does not load (" +
                                                                   single_line(cuda_failure) + "); use --device cpu");
       }
-      throw InputError(opt.device_file, opt.device_where, "\"" + opt.device + "\" requested, but CUDA is not available (this LibTorch build has no CUDA support or no GPU is visible); use --device cpu");
+      throw InputError(opt.device_file, opt.device_where,
+                       "\"" + opt.device + "\" requested, but CUDA is not available (" +
+                           (libtorch_has_cuda() ? "no GPU is visible to this LibTorch" : "this LibTorch has no CUDA support") +
+                           "); use --device cpu");
     }
     c10::Device dev(d);
     if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count())) {

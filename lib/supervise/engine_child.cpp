@@ -39,6 +39,18 @@ EngineChild start_engine_child(const SupervisorOptions& opt) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment, made before fork: the child may only call what is async-signal-safe.
+  std::vector<std::string> env = opt.env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const auto& o : opt.env) replaced = replaced || o.rfind(name, 0) == 0;
+    if (!replaced) env.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("cannot start the scan engine: fork: " + std::string(std::strerror(errno)));
@@ -59,7 +71,7 @@ EngineChild start_engine_child(const SupervisorOptions& opt) {
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     sigaction(SIGUSR1, &ign, nullptr);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::close(req[0]);

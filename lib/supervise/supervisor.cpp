@@ -21,6 +21,7 @@
 #include "core/journal/aggregate.h"
 #include "core/journal/journal.h"
 #include "core/report/catalog.h"
+#include "supervise/cuda_preload.h"
 #include "supervise/drive.h"
 
 namespace batchcheck {
@@ -316,9 +317,11 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
 
 }
 
-ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostream& err, const SupervisorOptions& opt) {
+ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostream& err, const SupervisorOptions& given) {
   ParentSignals signals(cmd.handle_signals);
   const Config cfg = prepare_scan_config(cmd);
+  SupervisorOptions opt = given;
+  if (opt.env.empty() && !opt.module.empty()) opt.env = engine_environment(cfg.device, opt.module);
   if (!cmd.jobs || *cmd.jobs > 1) {
     if (!cmd.shard) return run_jobs(cmd, cfg, out, err, opt);
   }

@@ -15,6 +15,8 @@ namespace batchcheck {
 struct SupervisorOptions {
   std::string engine;             // the engine child's executable
   std::vector<std::string> args;  // and its arguments (it reads the request on fd 3, writes the journal on fd 4)
+  std::string module;             // the engine library the child loads (libbatchcheck_scan.so), if known
+  std::vector<std::string> env;   // NAME=value set in the child's environment (cuda_preload.h)
   double grace_seconds = 1.0;     // after SIGINT/SIGTERM, how long the child may take to end its batch
   unsigned max_consecutive_failures = 3;  // crashed or timed-out batches in a row before the scan stops
 };

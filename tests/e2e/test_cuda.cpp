@@ -102,3 +102,37 @@ TEST(CudaLibrary, AutoLoadsItAndFallsBackToTheCpu) {
   const Json report = Json::parse(test_util::slurp(dir.file("r.json")));
   EXPECT_EQ(report["device"], cuda_device_visible() ? "cuda:0" : "cpu");
 }
+
+namespace {
+
+// The supervised binary's engine child, started for `device`, says which of LibTorch's CUDA
+// libraries it has mapped before it loads the model (BATCHCHECK_TEST_FAULT=maps:).
+std::string mapped_at_start(const std::string& device, const std::string& env = "") {
+  test_util::TempDir dir("cuda-maps");
+  const std::string log = dir.file("stderr.log");
+  test_util::run_command("env BATCHCHECK_TEST_FAULT=maps: " + env + " '" BATCHCHECK_BINARY_DIR "/app/batchcheck' scan '" BATCHCHECK_SOURCE_DIR
+                         "/sample_configs/clean.json' --device " + device + " -q -o '" + dir.file("r.json") + "' 2>'" + log + "'");
+  const std::string err = test_util::slurp(log);
+  const std::string tag = "batchcheck test: mapped before the model: ";
+  const auto at = err.find(tag);
+  if (at == std::string::npos) return "(no line: " + err + ")";
+  return err.substr(at + tag.size(), err.find('\n', at) - at - tag.size());
+}
+
+}  // namespace
+
+// On a GPU, cuDNN loaded late (a dlopen once libtorch_cpu runs) crashed every convolution: the
+// engine child of a CUDA scan is started with libtorch_cuda (and cuDNN with it) loaded, as
+// `import torch` has them, and a CPU scan's child still maps neither. Without a GPU the CUDA
+// scan then stops at "CUDA is not available", after the line this reads.
+TEST(CudaLibrary, TheEngineOfACudaScanHasItFromItsStart) {
+  if (!libtorch_has_cuda()) {
+    GTEST_SKIP() << "this LibTorch has no libtorch_cuda.so (a CPU build): nothing to preload";
+  }
+  const std::string cuda = mapped_at_start("cuda");
+  EXPECT_NE(cuda.find("libtorch_cuda.so"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("libcudnn.so"), std::string::npos) << cuda;
+  EXPECT_EQ(mapped_at_start("cpu"), "none");
+  // "auto" preloads only where a GPU can be visible.
+  EXPECT_EQ(mapped_at_start("auto", "CUDA_VISIBLE_DEVICES=-1"), "none");
+}
