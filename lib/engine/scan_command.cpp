@@ -138,6 +138,8 @@ namespace {
 // "log:" logs a warning and an error through LibTorch's own logging (glog or c10's).
 // "maps:" says on stderr which of LibTorch's CUDA libraries the child has mapped before the
 // model loads (supervise/cuda_preload.h: a CUDA scan has them from its start, a CPU scan none).
+// "cuda-assert:" makes the CPU behave as CUDA does on a kernel's assertion
+// (BackendOptions::simulate_device_asserts): the supervisor's resume after it, on any machine.
 struct TestFault {
   std::string where;  // "load", "step", "from" or "localize"
   uint64_t step = 0;
@@ -153,7 +155,7 @@ std::optional<TestFault> test_fault() {
   if (colon == std::string::npos) return std::nullopt;
   f.where = s.substr(0, colon);
   std::string rest = s.substr(colon + 1);
-  if (f.where == "log" || f.where == "maps") return f;
+  if (f.where == "log" || f.where == "maps" || f.where == "cuda-assert") return f;
   if (f.where == "step" || f.where == "from") {
     auto c2 = rest.find(':');
     if (c2 == std::string::npos) return std::nullopt;
@@ -229,6 +231,7 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
     BackendOptions bo = backend_options(cmd, cfg);
     bo.load_cuda_late = false;
     const std::optional<TestFault> fault = test_fault();
+    bo.simulate_device_asserts = fault && fault->where == "cuda-assert";
     if (fault && fault->where == "maps") err << "batchcheck test: mapped before the model: " << mapped_cuda_libraries() << std::endl;
     bo.loading = [&journal, &fault, &loading](const std::string& file) {
       loading = file;

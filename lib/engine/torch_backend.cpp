@@ -22,6 +22,7 @@
 #include "core/base/errors.h"
 #include "core/base/escape.h"
 #include "core/base/text.h"
+#include "core/pipeline/classify.h"
 #include "core/pipeline/contract.h"
 #include "core/pipeline/worker.h"
 #include "engine/compat.h"
@@ -219,6 +220,7 @@ class TorchBackend : public Backend {
   ForwardResult forward() override {
     ForwardResult r;
     try {
+      if (context_lost_) throw std::runtime_error(kDeviceAssertError);
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
       SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output() : model_->forward(forward_args()), cfg_);
@@ -231,6 +233,11 @@ class TorchBackend : public Backend {
       throw;
     } catch (const std::exception& e) {
       fill_error(r, e);
+      if (opt_.simulate_device_asserts && (asserts_on_cuda(r.error) || is_device_assert(r.error))) {
+        context_lost_ = true;
+        r = ForwardResult{};
+        r.error = parse_error_text(kDeviceAssertError).message;
+      }
     }
     return r;
   }
@@ -361,6 +368,7 @@ class TorchBackend : public Backend {
 
   const Config& cfg_;
   BackendOptions opt_;
+  bool context_lost_ = false;  // simulate_device_asserts: a device-side assert happened
   int paced_steps_ = 0;
   std::chrono::steady_clock::time_point pace_start_;
   c10::Device device_{c10::kCPU};

@@ -21,6 +21,10 @@ struct BackendOptions {
   // engine child may not: its parent started it with the library preloaded where CUDA is
   // wanted (supervise/cuda_preload.h), since cuDNN loaded late crashes at its first call.
   bool load_cuda_late = true;
+  // A test hook (BATCHCHECK_TEST_FAULT=cuda-assert:): a forward error that is a kernel's
+  // assertion on CUDA raises CUDA's device-side assert instead, and every later forward,
+  // loss and backward of this process raises it too, as a dead CUDA context does.
+  bool simulate_device_asserts = false;
   bool backward = false;  // forward with autograd, then loss.backward() per batch
   std::optional<uint64_t> threads;
   // Called with each input file's name before LibTorch reads it (the supervisor names the

@@ -228,7 +228,8 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
       out.end.complete = false;
       return out;
     }
-    if (agg.finished() && !e.timed_out) {
+    const bool device_lost = agg.finished() && !e.timed_out && agg.end_state().device_lost && !agg.end_state().stopped_at_error;
+    if (agg.finished() && !e.timed_out && !device_lost) {
       out.end = agg.end_state();
       return out;
     }
@@ -273,41 +274,48 @@ DriveResult drive(const ScanCommand& cmd, const Config& cfg, Aggregator& agg, co
       continue;
     }
     const std::optional<StepInfo> step = agg.open_step();
-    if (!step) {
+    if (device_lost) {
+      // A device-side assert ended its batch (its finding stands) and left that process's CUDA
+      // context unusable (PyTorch cannot recover one): a fresh process goes on after it.
+      agg.reopen();
+    } else if (!step) {
       // Between batches (resetting the model for the next rank): nothing to attribute it to.
       agg.note("the scan engine ended between batches (" + how + "): the report covers the batches before it");
       out.end.complete = false;
       return out;
-    }
-    const std::string where = step->probe ? "the probe batch of " + plural(step->size, "sample")
-                                          : "batch " + std::to_string(*step->batch) + " (" + plural(step->size, "sample") + ")";
-    if (e.timed_out) {
-      const double limit = batch_limit(cmd, slowest);
-      agg.fail_open_step("forward-timeout",
-                         where + " ran longer than the batch timeout of " + seconds_text(limit) +
-                             ": forward, loss or backward never finished (an endless loop or a deadlock in the model?); "
-                             "batchcheck stopped it and went on after this batch (--batch-timeout sets the limit)",
-                         {{"timeout_seconds", limit}});
     } else {
-      agg.fail_open_step("forward-crash",
-                         "the process crashed with " + how + " while checking " + where +
-                             " (forward, loss or backward, inside LibTorch or the model's own code): training dies "
-                             "here the same way; batchcheck went on in a fresh process after this batch",
-                         {{"signal", crashed ? how.substr(0, how.find(' ')) : how}});
-    }
-    if (cmd.fail_fast && fails(default_severity("forward-crash"), cmd.fail_on)) {
-      // The crash is the first error: a fresh child would go on past it.
-      out.end.complete = false;
-      out.end.stopped_at_error = true;
-      return out;
+      const std::string where = step->probe ? "the probe batch of " + plural(step->size, "sample")
+                                            : "batch " + std::to_string(*step->batch) + " (" + plural(step->size, "sample") + ")";
+      if (e.timed_out) {
+        const double limit = batch_limit(cmd, slowest);
+        agg.fail_open_step("forward-timeout",
+                           where + " ran longer than the batch timeout of " + seconds_text(limit) +
+                               ": forward, loss or backward never finished (an endless loop or a deadlock in the model?); "
+                               "batchcheck stopped it and went on after this batch (--batch-timeout sets the limit)",
+                           {{"timeout_seconds", limit}});
+      } else {
+        agg.fail_open_step("forward-crash",
+                           "the process crashed with " + how + " while checking " + where +
+                               " (forward, loss or backward, inside LibTorch or the model's own code): training dies "
+                               "here the same way; batchcheck went on in a fresh process after this batch",
+                           {{"signal", crashed ? how.substr(0, how.find(' ')) : how}});
+      }
+      if (cmd.fail_fast && fails(default_severity("forward-crash"), cmd.fail_on)) {
+        // The crash is the first error: a fresh child would go on past it.
+        out.end.complete = false;
+        out.end.stopped_at_error = true;
+        return out;
+      }
     }
     // Consecutive steps of this process: a shard's are `count` apart (a split job's since it split).
     const uint64_t stride = request.command.shard ? request.command.shard->count : 1;
     failures_in_a_row = agg.watermark() > last_watermark + stride ? 1 : failures_in_a_row + 1;
     last_watermark = agg.watermark();
     if (failures_in_a_row >= opt.max_consecutive_failures) {
-      agg.note(std::to_string(failures_in_a_row) + " batches in a row crashed or timed out: the scan stopped there");
+      agg.note(std::to_string(failures_in_a_row) + " batches in a row crashed, timed out or lost the CUDA device: the scan "
+               "stopped there" + (device_lost ? " (--device cpu checks every batch in one process)" : ""));
       out.end.complete = false;
+      out.end.device_lost = device_lost;
       return out;
     }
     request.resume.start_step = agg.watermark();

@@ -300,3 +300,75 @@ TEST(Supervisor, CrashWhileLocalizingKeepsTheFindingAndGoesOnWithoutRootCauses) 
   }
   EXPECT_TRUE(noted) << r.report["notes"].dump();
 }
+
+namespace {
+
+// nn.Embedding(100, 16) fed token ids from the data: sample 100 holds id 100 (batch 3 of 32)
+// and sample 500 id 4000 (batch 15). On the CPU, aten::embedding raises "index out of range
+// in self" at both; on CUDA the same op is a device-side assert.
+void embedding_setup(Workspace& w) {
+  w.inputs(600, 4, [](uint64_t i, uint64_t j) { return i == 100 && j == 2 ? 100.0f : i == 500 && j == 0 ? 4000.0f : float((i + j) % 100); })
+      .float_targets(std::vector<float>(600 * 16, 0.0f), {600, 16})
+      .model("def forward(self, x):\n    return self.emb.forward(x.long()).mean(1)\n", {},
+             {{"emb", ModuleSpec{"Embedding", "def forward(self, ids):\n    return torch.embedding(self.weight, ids)\n",
+                                 {{"weight", {100, 16}, std::vector<float>(1600, 0.01f)}}, {}}}})
+      .loader(R"({"batch_size": 32})");
+}
+
+std::vector<std::pair<std::string, int>> error_batches(const Json& report) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& f : report["findings"]) {
+    if (f["severity"] != "error") continue;
+    for (const auto& b : f["batches"]) out.emplace_back(f["id"].get<std::string>(), b.get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+// A device-side assert leaves its process's CUDA context dead (PyTorch cannot recover one): the
+// batch is a cuda-device-assert finding and a fresh engine child goes on after it, so a CUDA
+// scan finds every batch the CPU scan finds. BATCHCHECK_TEST_FAULT=cuda-assert: makes the CPU
+// behave as CUDA does (the op's error becomes the assert, and every later call of that process
+// fails with it).
+TEST(Supervisor, DeviceSideAssertGoesOnInAFreshProcess) {
+  Workspace w("sup-device-assert");
+  embedding_setup(w);
+  BinaryRun cpu = run_binary(w, "--jobs 1");
+  EXPECT_EQ(cpu.code, 1) << cpu.err;
+  EXPECT_EQ(error_batches(cpu.report), (std::vector<std::pair<std::string, int>>{{"forward-error", 3}, {"forward-error", 15}}))
+      << cpu.report.dump(2);
+  for (const char* jobs : {"--jobs 1", "--jobs 2"}) {
+    BinaryRun cuda = run_binary(w, jobs, "BATCHCHECK_TEST_FAULT=cuda-assert:");
+    EXPECT_EQ(cuda.code, 1) << cuda.err;
+    EXPECT_EQ(cuda.report["complete"], true) << jobs << "\n" << cuda.report.dump(2);
+    EXPECT_EQ(cuda.report["batches"]["checked"], 19) << jobs;
+    EXPECT_EQ(error_batches(cuda.report),
+              (std::vector<std::pair<std::string, int>>{{"cuda-device-assert", 3}, {"cuda-device-assert", 15}}))
+        << jobs << "\n" << cuda.report.dump(2);
+    const Json* f = find(cuda.report, "cuda-device-assert");
+    ASSERT_NE(f, nullptr);
+    EXPECT_NE((*f)["message"].get<std::string>().find("went on after this batch in a fresh process"), std::string::npos)
+        << (*f)["message"];
+  }
+}
+
+// Asserts in three batches in a row stop the scan as three crashes do, saying where to look.
+TEST(Supervisor, DeviceSideAssertsInARowStopTheScan) {
+  Workspace w("sup-device-asserts");
+  w.inputs(40, 4, [](uint64_t i, uint64_t) { return i >= 8 ? 100.0f : 1.0f; })
+      .float_targets(std::vector<float>(40 * 16, 0.0f), {40, 16})
+      .model("def forward(self, x):\n    return torch.embedding(self.weight, x.long()).mean(1)\n", {{"weight", {100, 16}, {}}})
+      .loader(R"({"batch_size": 4})");
+  BinaryRun r = run_binary(w, "--jobs 1", "BATCHCHECK_TEST_FAULT=cuda-assert:");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.report["complete"], false);
+  EXPECT_EQ(error_batches(r.report),
+            (std::vector<std::pair<std::string, int>>{{"cuda-device-assert", 2}, {"cuda-device-assert", 3}, {"cuda-device-assert", 4}}))
+      << r.report.dump(2);
+  bool noted = false;
+  for (const auto& n : r.report["notes"]) {
+    noted |= n.get<std::string>().find("3 batches in a row crashed, timed out or lost the CUDA device") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << r.report["notes"].dump();
+}

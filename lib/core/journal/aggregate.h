@@ -47,6 +47,11 @@ class Aggregator : public ScanSink {
   void split(uint64_t jobs, uint64_t from) override;
   void finish(const ScanEnd& e) override;
 
+  // A replay that finished because its process lost the CUDA device goes on in another.
+  void reopen() {
+    finished_ = false;
+    end_ = {};
+  }
   // Forgets the records of steps that began but did not end (their replay died).
   void abandon_open_steps();
   // The step whose bad value is being localized, if a replay died doing it; forget() it.

@@ -48,6 +48,12 @@ bool is_dtype_mismatch_error(const std::string& m) {
 
 bool is_device_assert(const std::string& m) { return contains(m, "device-side assert triggered"); }
 
+const char* const kDeviceAssertError =
+    "CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at some other API call, "
+    "so the stacktrace below might be incorrect.";
+
+bool asserts_on_cuda(const std::string& m) { return !cuda_equivalent_of_forward_error(m).empty(); }
+
 bool is_out_of_memory(const std::string& m) {
   return contains_any(m, {"can't allocate memory", "CUDA out of memory", "std::bad_alloc", "OutOfMemoryError"});
 }

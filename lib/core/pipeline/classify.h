@@ -30,6 +30,12 @@ bool is_dtype_mismatch_error(const std::string& message);
 // "CUDA error: device-side assert triggered": a kernel's assertion fired, and the CUDA
 // context is unusable for the rest of the process.
 bool is_device_assert(const std::string& message);
+// Whether the error LibTorch raises on the CPU is a kernel's assertion on CUDA (an index past
+// an embedding's table or a tensor's size, a class index past the classes): there it kills
+// the CUDA context instead of raising.
+bool asserts_on_cuda(const std::string& cpu_message);
+// What CUDA raises for those (the text PyTorch gives).
+extern const char* const kDeviceAssertError;
 
 // An allocation that failed (LibTorch's CPU or CUDA allocator, or std::bad_alloc): the batch
 // needs more memory than the device has. allocation_bytes: the bytes it asked for, when said.

@@ -58,7 +58,7 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
           "AOTI_RUNTIME_CHECK_INPUTS=1): outside the shapes it was compiled for, its results are undefined";
   } else if (id == "cuda-device-assert") {
     msg = "a CUDA kernel's assertion fired during forward on a batch of " + plural(n, "sample") + ": " + fwd.error +
-          "; the device is unusable after it, so the scan stopped here (--device cpu names the failing op)";
+          "; that process's CUDA context is unusable after it (PyTorch cannot recover one), so batchcheck went on after this batch in a fresh process";
   } else if (id == "batch-out-of-memory") {
     Emitted e = out_of_memory_finding("forward", fwd.error, n);
     for (const auto& [key, value] : ev.items()) {

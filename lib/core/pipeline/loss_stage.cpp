@@ -44,7 +44,7 @@ std::optional<Emitted> backward_finding(const BackwardResult& b, uint64_t n) {
     const bool lost = is_device_assert(b.error);
     return Emitted{lost ? "cuda-device-assert" : "backward-error", "backward",
                    "loss.backward() raised on a batch of " + plural(n, "sample") + " (forward and loss succeeded): " + b.error +
-                       (lost ? "; the device is unusable after it, so the scan stopped here" : ""),
+                       (lost ? "; that process's CUDA context is unusable after it (PyTorch cannot recover one), so batchcheck went on after this batch in a fresh process" : ""),
                    ev, all_rows(n), n, ""};
   }
   if (b.nonfinite_total == 0) return std::nullopt;

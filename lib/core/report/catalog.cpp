@@ -132,7 +132,7 @@ const std::vector<FindingInfo> kCatalog = {
      "sqrt or norm at zero, log near zero, an overflow in the backward pass",
      "clip-and-find"},
     {"cuda-device-assert", Severity::Error, "forward/backward",
-     "on CUDA, a kernel's assertion fired: the CUDA context is unusable and the scan stops there",
+     "on CUDA, a kernel's assertion fired: that process's CUDA context is unusable, and the scan goes on after the batch in a fresh one",
      "RuntimeError: CUDA error: device-side assert triggered",
      "a class index out of range, an embedding index past the table, BCE inputs outside [0, 1]",
      "reproduce (rerun with --device cpu to name the op)"},
