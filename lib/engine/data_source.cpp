@@ -390,6 +390,9 @@ StagedBatch stage_batch(const DataSource& data, bool lists, const c10::Device& d
     s.input_stats.push_back(floating_value(in) ? std::optional<ValueStats>(check_value(in, ValueRule{})) : std::nullopt);
   }
   if (device.is_cuda()) {
+    s.host_inputs = s.inputs;
+    s.host_target = s.target;
+    s.host_target_list = s.target_list;
     for (auto& in : s.inputs) in = to_device(in, device);
     if (s.target.defined()) s.target = s.target.to(device);
     s.target_list = to_device(s.target_list, device);

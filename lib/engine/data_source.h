@@ -93,6 +93,11 @@ struct StagedBatch {
   std::vector<std::optional<ValueStats>> input_stats;
   std::optional<LoadFailure> failure;  // then no inputs and an undefined target
   std::optional<GivenForward> given;   // model.format "eager"
+  // On a CUDA device, the batch as read, on the host (no copy: the tensors before the move),
+  // for re-running a batch on the CPU after a device-side assert killed the device.
+  std::vector<c10::IValue> host_inputs;
+  at::Tensor host_target;
+  c10::IValue host_target_list;
 };
 
 // Reads and collates a batch (`lists`: as lists of samples), checks its inputs and moves it to

@@ -6,29 +6,11 @@
 #include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/outputs.h"
+#include "engine/torch_util.h"
 
 namespace batchcheck {
 
 namespace {
-
-// The rows of one of forward's arguments, when it is batched along its first dimension (a
-// tensor, or a list of per-sample values); nullopt otherwise.
-std::optional<c10::IValue> take_rows(const c10::IValue& v, const std::vector<uint64_t>& rows, uint64_t batch) {
-  if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (t.dim() == 0 || static_cast<uint64_t>(t.size(0)) != batch) return std::nullopt;
-    std::vector<int64_t> idx(rows.begin(), rows.end());
-    return c10::IValue(t.index_select(0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(t.device())));
-  }
-  if (v.isList()) {
-    c10::List<c10::IValue> list = v.toList();
-    if (list.size() != batch) return std::nullopt;
-    c10::impl::GenericList out(list.elementType());
-    for (uint64_t r : rows) out.push_back(list.get(r));
-    return c10::IValue(out);
-  }
-  return std::nullopt;
-}
 
 bool still_bad(const at::Tensor& p, const LocalizeRequest& req) {
   if (!p.defined() || !p.is_floating_point() || p.numel() == 0) return false;
@@ -51,14 +33,14 @@ std::optional<Localization> localize_batch(ModelRunner& model, const Config& cfg
     if (result) result->forwards = 1;
     if (result && !result->origin.empty() && req.halve && batch > 1) {
       bool sliceable = true;
-      for (const auto& a : args) sliceable = sliceable && take_rows(a, {0}, batch).has_value();
+      for (const auto& a : args) sliceable = sliceable && batch_rows(a, {0}, batch).has_value();
       if (sliceable) {
         // The rows alone: their prediction is bad, clean, or forward raised (another failure,
         // such as BatchNorm on one sample).
         enum class Alone { Bad, Clean, Raised };
         auto run = [&](const std::vector<uint64_t>& rows) {
           std::vector<c10::IValue> sub;
-          for (const auto& a : args) sub.push_back(*take_rows(a, rows, batch));
+          for (const auto& a : args) sub.push_back(*batch_rows(a, rows, batch));
           try {
             at::NoGradGuard no_grad;
             return still_bad(prediction(model.forward(sub)), req) ? Alone::Bad : Alone::Clean;

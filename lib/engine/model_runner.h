@@ -16,6 +16,7 @@
 #include "core/config/config.h"
 #include "core/findings/root_cause.h"
 #include "core/pipeline/backend.h"
+#include "core/pipeline/blame_stage.h"
 
 namespace batchcheck {
 
@@ -44,6 +45,11 @@ class ModelRunner {
   // model raises.
   virtual std::optional<Localization> localize(const std::vector<c10::IValue>& /*inputs*/, const LocalizeRequest& /*req*/,
                                                const std::function<at::Tensor(const c10::IValue&)>& /*prediction*/) {
+    return std::nullopt;
+  }
+  // Forward once more through a copy of the model that reads the indices ops are given
+  // (engine/argument_check.h), autograd off; nullopt where the format keeps no graph.
+  virtual std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& /*inputs*/, uint64_t /*batch*/) {
     return std::nullopt;
   }
   // The buffers as they are now, and back: re-running a batch to localize a bad value must

@@ -91,7 +91,7 @@ class TorchBackend : public Backend {
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
-    device_ = pick_device(opt);
+    device_ = pick_device(opt, &device_note_);
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Npy ? cfg.data.inputs_display : cfg.data.path_display);
     data_ = open_data_source(cfg);
     if (cfg.loss.type == LossType::Model && !data_->has_targets()) {
@@ -163,6 +163,9 @@ class TorchBackend : public Backend {
     inputs_ = std::move(s.inputs);
     target_ = std::move(s.target);
     target_list_ = std::move(s.target_list);
+    host_inputs_ = std::move(s.host_inputs);
+    host_target_ = std::move(s.host_target);
+    host_target_list_ = std::move(s.host_target_list);
     input_stats_ = std::move(s.input_stats);
     given_ = std::move(s.given);
     output_ = at::Tensor();
@@ -260,6 +263,47 @@ class TorchBackend : public Backend {
     return localize_batch(*model_, cfg_, forward_args(), batch_size_, req);
   }
 
+  std::optional<ForwardResult> forward_rows(const std::vector<uint64_t>& rows, bool cpu) override {
+    ModelRunner* model = rerun_model(cpu);
+    if (!model) return std::nullopt;
+    std::vector<c10::IValue> part;
+    for (const auto& a : rerun_args(cpu)) {
+      std::optional<c10::IValue> r = batch_rows(a, rows, batch_size_);
+      if (!r) return std::nullopt;
+      part.push_back(std::move(*r));
+    }
+    ForwardResult r;
+    const std::vector<at::Tensor> kept = model->save_buffers();
+    try {
+      at::NoGradGuard no_grad;
+      select_outputs(model->forward(part), cfg_);
+      if (!(cpu && device_.is_cuda())) synchronize();
+      r.ok = true;
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fill_error(r, e);
+    }
+    model->restore_buffers(kept);
+    return r;
+  }
+
+  std::optional<ArgumentRun> forward_arguments(bool cpu) override {
+    ModelRunner* model = rerun_model(cpu);
+    if (!model) return std::nullopt;
+    const std::vector<at::Tensor> kept = model->save_buffers();
+    std::optional<ArgumentRun> r;
+    try {
+      r = model->check_arguments(rerun_args(cpu), batch_size_);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception&) {  // naming the cause is a bonus
+      r.reset();
+    }
+    model->restore_buffers(kept);
+    return r;
+  }
+
   TensorMeta aux_meta(std::size_t k) const override { return k < aux_.size() ? meta_of(aux_[k]) : TensorMeta{}; }
   ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return check_tensor(for_kernel(aux_.at(k).detach()), rule); }
   LossResult aux_loss(std::size_t k, const LossConfig& loss) override {
@@ -319,6 +363,7 @@ class TorchBackend : public Backend {
   }
 
   std::string device() const override { return device_.str(); }
+  std::string device_note() const override { return device_note_; }
 
   std::vector<std::string> nonfinite_batchnorm_stats() override { return model_->nonfinite_batchnorm_stats(); }
   std::vector<BatchNormSite> frozen_batchnorm_single_value() override {
@@ -326,6 +371,33 @@ class TorchBackend : public Backend {
   }
 
  private:
+  // What re-runs the current batch (a failed forward's search): the model, or on a lost CUDA
+  // device its copy on the CPU; none where forward ran in the user's process.
+  ModelRunner* rerun_model(bool cpu) {
+    if (cfg_.model.format == ModelFormat::Eager) return nullptr;
+    return cpu && device_.is_cuda() ? host_model() : model_.get();
+  }
+  std::vector<c10::IValue> rerun_args(bool cpu) const {
+    if (!(cpu && device_.is_cuda())) return forward_args();
+    std::vector<c10::IValue> args = host_inputs_;
+    if (cfg_.loss.type == LossType::Model) args.push_back(host_target_list_.isNone() ? c10::IValue(host_target_) : host_target_list_);
+    return args;
+  }
+
+  // The model as saved, on the CPU: for a batch re-run after a device-side assert. A .pt2
+  // program is compiled for its device: none.
+  ModelRunner* host_model() {
+    if (cfg_.model.format != ModelFormat::TorchScript) return nullptr;
+    if (!host_model_) {
+      try {
+        host_model_ = load_torchscript(cfg_.model, c10::Device(c10::kCPU), forward_fields(), cfg_.loader.collate.list, dict_fields());
+      } catch (const std::exception&) {
+        return nullptr;  // naming samples is a bonus
+      }
+    }
+    return host_model_.get();
+  }
+
   void clear_gradients() {
     for (const auto& p : model_->parameters()) {
       at::Tensor param = p.second;  // shares the parameter's storage and autograd meta
@@ -372,8 +444,13 @@ class TorchBackend : public Backend {
   int paced_steps_ = 0;
   std::chrono::steady_clock::time_point pace_start_;
   c10::Device device_{c10::kCPU};
+  std::string device_note_;  // why "cuda" is this GPU, under a launcher
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<ModelRunner> model_;
+  std::unique_ptr<ModelRunner> host_model_;  // on the CPU, loaded at the first device-side assert
+  std::vector<c10::IValue> host_inputs_;      // on a CUDA device: the batch as read, on the host
+  at::Tensor host_target_;
+  c10::IValue host_target_list_;
   std::vector<c10::IValue> inputs_;  // the input fields, in forward's order
   uint64_t batch_size_ = 0;
   at::Tensor target_, output_, loss_, none_;

@@ -17,6 +17,7 @@
 #include "core/base/errors.h"
 #include "core/base/files.h"
 #include "core/base/text.h"
+#include "core/config/device_choice.h"
 
 namespace batchcheck {
 
@@ -154,6 +155,23 @@ std::string libtorch_rest_note() {
   return "; LibTorch's CUDA library and libtorch.so did not load: " + single_line(failure);
 }
 
+std::optional<c10::IValue> batch_rows(const c10::IValue& v, const std::vector<uint64_t>& rows, uint64_t batch) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (t.dim() == 0 || static_cast<uint64_t>(t.size(0)) != batch) return std::nullopt;
+    std::vector<int64_t> idx(rows.begin(), rows.end());
+    return c10::IValue(t.index_select(0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(t.device())));
+  }
+  if (v.isList()) {
+    c10::List<c10::IValue> list = v.toList();
+    if (list.size() != batch) return std::nullopt;
+    c10::impl::GenericList out(list.elementType());
+    for (uint64_t r : rows) out.push_back(list.get(r));
+    return c10::IValue(out);
+  }
+  return std::nullopt;
+}
+
 std::string exception_message(const std::exception& e) {
   if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
   return e.what();
@@ -167,7 +185,7 @@ void require_model_file(const std::string& path, const char* what) {
   if (probe.peek() == std::ifstream::traits_type::eof()) throw InputError(path, "", "the model file is empty");
 }
 
-c10::Device pick_device(const BackendOptions& opt) {
+c10::Device pick_device(const BackendOptions& opt, std::string* note) {
   std::string d = opt.device;
   const bool wants_cuda = d == "auto" || d.rfind("cuda", 0) == 0;
   std::string cuda_failure;
@@ -191,6 +209,10 @@ c10::Device pick_device(const BackendOptions& opt) {
                            (libtorch_has_cuda() ? "no GPU is visible to this LibTorch" : "this LibTorch has no CUDA support") +
                            "); use --device cpu");
     }
+    const DeviceChoice choice = choose_cuda_device(d, launcher_local_rank([](const char* n) { return std::getenv(n); }),
+                                                   static_cast<uint64_t>(torch::cuda::device_count()));
+    if (note) *note = choice.note;
+    d = choice.device;
     c10::Device dev(d);
     if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count())) {
       throw InputError(opt.device_file, opt.device_where, "\"" + d + "\" does not exist: " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");

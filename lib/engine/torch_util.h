@@ -5,6 +5,8 @@
 #include <ATen/core/ivalue.h>
 
 #include <exception>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include "core/findings/error_text.h"
@@ -34,7 +36,12 @@ std::string libtorch_rest_note();
 // The scan's device from --device / the config's "device": CUDA's library loaded first when
 // asked for (and CUDA_LAUNCH_BLOCKING set with sync). Throws InputError naming where the device
 // was asked for when it is not there.
-c10::Device pick_device(const BackendOptions& opt);
+// `note`: why "cuda" is the GPU it is, under a launcher (core/config/device_choice.h).
+c10::Device pick_device(const BackendOptions& opt, std::string* note = nullptr);
+
+// The rows of one of forward's arguments, when it is batched along its first dimension (a
+// tensor, or a list of per-sample values); nullopt otherwise.
+std::optional<c10::IValue> batch_rows(const c10::IValue& v, const std::vector<uint64_t>& rows, uint64_t batch);
 
 // An exception's text without LibTorch's C++ backtrace.
 std::string exception_message(const std::exception& e);

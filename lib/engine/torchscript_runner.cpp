@@ -16,6 +16,7 @@
 #include "core/base/text.h"
 #include "core/parse/file_kind.h"
 #include "engine/frozen_batchnorm.h"
+#include "engine/argument_check.h"
 #include "engine/localize.h"
 #include "engine/model_runner.h"
 #include "engine/torch_util.h"
@@ -69,6 +70,12 @@ class TorchScriptRunner : public ModelRunner {
     at::NoGradGuard no_grad;
     c10::IValue out = localizer_->run(interpreter_stack(method, inputs), req);
     return localizer_->result(prediction(out), req);
+  }
+
+  std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& inputs, uint64_t batch) override {
+    torch::jit::Method method = module_.get_method("forward");
+    if (!argument_check_) argument_check_ = std::make_unique<ArgumentCheck>(torch::jit::toGraphFunction(method.function()).graph());
+    return argument_check_->run(interpreter_stack(method, inputs), batch);
   }
 
   std::vector<BatchNormSite> frozen_batchnorm_single_value(const std::vector<c10::IValue>& inputs) override {
@@ -315,7 +322,8 @@ class TorchScriptRunner : public ModelRunner {
   std::vector<torch::jit::Module> batchnorm_;  // parallel to info_.batchnorm_modules
   std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
   std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
-  std::unique_ptr<ForwardLocalizer> localizer_;  // built on the first batch to localize
+  std::unique_ptr<ForwardLocalizer> localizer_;
+  std::unique_ptr<ArgumentCheck> argument_check_;  // built on the first forward error it explains  // built on the first batch to localize
   std::unique_ptr<FrozenBatchNormCheck> frozen_batchnorm_;  // built on the first batch of one
 };
 

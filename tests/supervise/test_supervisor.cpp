@@ -315,6 +315,13 @@ void embedding_setup(Workspace& w) {
       .loader(R"({"batch_size": 32})");
 }
 
+// Each occurrence's samples, in batch order.
+std::vector<Json> occurrence_samples(const Json& f) {
+  std::vector<Json> out;
+  for (const auto& o : f["occurrences"]) out.push_back(o["samples"]);
+  return out;
+}
+
 std::vector<std::pair<std::string, int>> error_batches(const Json& report) {
   std::vector<std::pair<std::string, int>> out;
   for (const auto& f : report["findings"]) {
@@ -338,6 +345,19 @@ TEST(Supervisor, DeviceSideAssertGoesOnInAFreshProcess) {
   EXPECT_EQ(cpu.code, 1) << cpu.err;
   EXPECT_EQ(error_batches(cpu.report), (std::vector<std::pair<std::string, int>>{{"forward-error", 3}, {"forward-error", 15}}))
       << cpu.report.dump(2);
+  // Each batch's forward error follows one sample: the batch without it runs.
+  const Json* on_cpu = find(cpu.report, "forward-error");
+  ASSERT_NE(on_cpu, nullptr);
+  EXPECT_EQ(occurrence_samples(*on_cpu), (std::vector<Json>{{100}, {500}})) << on_cpu->dump(2);
+  EXPECT_EQ((*on_cpu)["evidence"]["blame"]["verdict"], "samples");
+  // The embedding's own arguments say which rows hold ids past its table: one forward.
+  EXPECT_EQ((*on_cpu)["evidence"]["blame"]["forwards"], 1);
+  EXPECT_NE((*on_cpu)["message"].get<std::string>().find("; sample 100: token id 100 >= num_embeddings 100 of emb (Embedding)"),
+            std::string::npos)
+      << (*on_cpu)["message"];
+  EXPECT_NE((*on_cpu)["occurrences"][1]["message"].get<std::string>().find("sample 500: token id 4000 >= num_embeddings 100"),
+            std::string::npos)
+      << on_cpu->dump(2);
   for (const char* jobs : {"--jobs 1", "--jobs 2"}) {
     BinaryRun cuda = run_binary(w, jobs, "BATCHCHECK_TEST_FAULT=cuda-assert:");
     EXPECT_EQ(cuda.code, 1) << cuda.err;
@@ -350,6 +370,14 @@ TEST(Supervisor, DeviceSideAssertGoesOnInAFreshProcess) {
     ASSERT_NE(f, nullptr);
     EXPECT_NE((*f)["message"].get<std::string>().find("went on after this batch in a fresh process"), std::string::npos)
         << (*f)["message"];
+    // The batch run again on the CPU names the op's error and the line; the search, the sample.
+    EXPECT_EQ(occurrence_samples(*f), (std::vector<Json>{{100}, {500}})) << f->dump(2);
+    EXPECT_EQ((*f)["evidence"]["cpu"]["error"], "index out of range in self");
+    EXPECT_EQ((*f)["cuda_equivalent"], "Assertion `srcIndex < srcSelectDimSize` failed.");
+    EXPECT_EQ((*f)["evidence"]["blame"]["forwards"], 1);
+    EXPECT_EQ((*f)["evidence"]["index_fault"]["module"], "emb");
+    EXPECT_EQ((*f)["evidence"]["index_fault"]["module_type"], "Embedding");
+    EXPECT_EQ((*f)["evidence"]["index_fault"]["num_embeddings"], 100);
   }
 }
 

@@ -34,7 +34,9 @@ namespace {
 // A later batch that raised something else under the same id (a bad box, then a bad label):
 // its message is kept. Counts and shapes that differ are the same cause.
 bool other_cause(const RecordEvent& r, const Finding& f) {
-  return r.evidence.contains("error") && f.evidence.contains("error") && r.evidence["error"] != f.evidence["error"];
+  auto differs = [&](const char* key) { return r.evidence.contains(key) && f.evidence.contains(key) && r.evidence[key] != f.evidence[key]; };
+  // The same error with other indices (another token id past the table) is told too.
+  return differs("error") || differs("index_fault");
 }
 
 }  // namespace
@@ -68,6 +70,8 @@ void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) {
 void Aggregator::record(RecordEvent&& r) { pending_[r.at.step].push_back(std::move(r)); }
 
 void Aggregator::end(const StepEnd& e) {
+  // A search inside the step (a failed forward's samples) ended with it.
+  if (localizing_ && localizing_->step == e.step) localizing_.reset();
   auto open = open_.find(e.step);
   ended(open == open_.end() ? nullptr : &open->second.first, e);
   if (open != open_.end()) open_.erase(open);

@@ -208,6 +208,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
     notes.push_back("shuffle without a seed: PyTorch draws a random seed each run, so the order is not reproducible; "
                     "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
   }
+  if (!start_.device_note.empty()) notes.push_back(start_.device_note);
   for (const auto& n : extra_notes_) notes.push_back(n);
   if (cfg_.model.format == ModelFormat::Eager) {
     notes.push_back("model.format \"eager\": the model ran forward in the Python process; its outputs, the loss and the "

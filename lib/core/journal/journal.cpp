@@ -175,7 +175,7 @@ void JournalWriter::start(const ScanStart& s) {
   json geometry = json::array();
   for (const auto& f : s.geometry) geometry.push_back(finding_json(f));
   const ModelInfo& m = s.model;
-  write({{"e", "start"},
+  json line = {{"e", "start"},
          {"data", {{"samples", s.data.samples}, {"input", meta_json(s.data.input)}, {"target", meta_json(s.data.target)},
                    {"has_targets", s.data.has_targets}}},
          {"model", {{"batchnorm_modules", m.batchnorm_modules}, {"format", m.format},
@@ -183,7 +183,9 @@ void JournalWriter::start(const ScanStart& s) {
                     {"frozen_eval", {m.frozen_eval.batch_norm, m.frozen_eval.dropout}},
                     {"nonfinite_parameters", m.nonfinite_parameters}, {"nonfinite_buffers", m.nonfinite_buffers}}},
          {"device", s.device}, {"libtorch", s.libtorch}, {"backward", s.backward}, {"ranks", s.ranks},
-         {"replay_steps", s.replay_steps}, {"geometry", geometry}});
+         {"replay_steps", s.replay_steps}, {"geometry", geometry}};
+  if (!s.device_note.empty()) line["device_note"] = s.device_note;  // only then: parts written before it stay valid
+  write(line);
 }
 
 // A batch's indices: a run of consecutive indices (the sequential sampler, the probes) as
@@ -279,6 +281,7 @@ JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) 
       s.model.frozen_train = {m.at("frozen_train").at(0).get<uint64_t>(), m.at("frozen_train").at(1).get<uint64_t>()};
       s.model.frozen_eval = {m.at("frozen_eval").at(0).get<uint64_t>(), m.at("frozen_eval").at(1).get<uint64_t>()};
       s.device = j.at("device").get<std::string>();
+      s.device_note = j.value("device_note", "");
       s.libtorch = j.at("libtorch").get<std::string>();
       s.backward = j.at("backward").get<bool>();
       s.ranks = j.at("ranks").get<std::vector<uint64_t>>();

@@ -96,6 +96,23 @@ struct ForwardResult {
   std::string traceback; // the TorchScript traceback, when there is one
 };
 
+// An op given indices outside its bound, read from its arguments before it ran: what CUDA's
+// assert (or the CPU's "index out of range in self") does not say.
+struct IndexFault {
+  OpSite site;               // the op, its module path, the user's line
+  std::string module_type;   // the module's class ("Embedding"), where known
+  std::string what;          // "token id", "class index", "class value"
+  std::string bound_name;    // "num_embeddings", "classes", "num_classes"
+  int64_t value = 0;         // the farthest value out of bounds
+  int64_t bound = 0;
+  std::vector<uint64_t> rows;  // the batch's rows holding such values (empty: not per row)
+};
+
+// The whole batch's forward once, through the argument check (engine/argument_check.h).
+struct ArgumentRun {
+  ForwardResult result;
+  std::optional<IndexFault> fault;
+};
 // loss.backward() on the current batch: an error, or the parameters whose gradients
 // are not finite.
 struct GradStats {
@@ -172,6 +189,8 @@ class Backend {
   virtual void reset_model() {}
   // The device the backend runs on ("cpu", "cuda:0").
   virtual std::string device() const = 0;
+  // Why the device is the one it is, where a launcher chose it ("" otherwise).
+  virtual std::string device_note() const { return ""; }
   // BatchNorm modules whose running statistics are not finite now (after a forward in
   // train mode). A traced model runs BatchNorm on one value per channel without the
   // Python check that raises, and its running_var silently turns NaN.
@@ -180,6 +199,15 @@ class Backend {
   // the current batch's forward, in the order they ran: the user's eager model in train mode
   // raises at the first. Runs the batch again, instrumented; empty when there are none.
   virtual std::vector<BatchNormSite> frozen_batchnorm_single_value() { return {}; }
+  // Forward again on these rows of the current batch, in this order, without autograd (a failed
+  // forward's search for its samples: core/pipeline/blame_stage.h): on the CPU where `cpu` (a
+  // device-side assert left the scan's device unusable), else on the scan's device. The model's
+  // state is as before afterwards. nullopt where the backend cannot.
+  virtual std::optional<ForwardResult> forward_rows(const std::vector<uint64_t>& /*rows*/, bool /*cpu*/) { return std::nullopt; }
+  // The current batch's forward again, reading the indices its ops are given (embedding,
+  // class indices): the op, the bound and the rows, where they show a failed forward's cause.
+  // On the CPU where `cpu`, as forward_rows. nullopt where the backend cannot.
+  virtual std::optional<ArgumentRun> forward_arguments(bool /*cpu*/) { return std::nullopt; }
   // The current batch's forward again, instrumented: where its bad value came from.
   virtual std::optional<Localization> localize(const LocalizeRequest& /*req*/) { return std::nullopt; }
   // The current batch's prediction and target, usable from another thread; nullptr when

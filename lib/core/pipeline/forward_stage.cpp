@@ -94,7 +94,8 @@ std::optional<Emitted> reclassify_forward_failure(const std::string& id, const n
   ctx.batchnorm_modules = batchnorm_modules;
   Emitted e = forward_failure(fwd, ctx);
   for (const auto& [key, value] : evidence.items()) {
-    if (!e.evidence.contains(key) && key != "largest_ok_batch_size") e.evidence[key] = value;  // added after it
+    // Added after it; a search for the samples belongs to the id it was made for.
+    if (!e.evidence.contains(key) && key != "largest_ok_batch_size" && (key != "blame" || e.id == id)) e.evidence[key] = value;
   }
   return e;
 }

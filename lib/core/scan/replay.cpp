@@ -83,6 +83,7 @@ void Replayer::run(const OrderFn& order) {
   backward_ = backward_enabled(cfg_);
   // Weights that are NaN in the file are every batch's root cause already (model-nonfinite).
   localize_ = cfg_.checks.root_cause && resume_.localize && model_root_cause(model_, cfg_.model.mode).is_null();
+  blame_ = cfg_.checks.root_cause && resume_.localize;
   loaded_bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
@@ -98,6 +99,7 @@ void Replayer::run(const OrderFn& order) {
   start.data = data;
   start.model = model_;
   start.device = backend_.device();
+  start.device_note = backend_.device_note();
   start.libtorch = settings_.libtorch_version;
   start.backward = backward_;
   start.ranks = ranks;

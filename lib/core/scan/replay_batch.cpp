@@ -12,6 +12,7 @@
 #include "core/base/text.h"
 #include "core/findings/error_text.h"
 #include "core/findings/findings.h"
+#include "core/pipeline/blame_stage.h"
 #include "core/pipeline/classify.h"
 #include "core/pipeline/collate_stage.h"
 #include "core/pipeline/contract.h"
@@ -79,6 +80,20 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   fc.trains_exported = cfg_.model.trains_exported;
   Emitted e = forward_failure(fwd, fc);
   if (e.id == "cuda-device-assert") device_lost_ = true;
+  if (blame_ && blamable(e.id) && ctx.size() > 1 && blamed_[e.id] < kBlamePerId) {
+    ++blamed_[e.id];
+    // Which samples it follows: forwards on parts of the batch (on the CPU where the device is
+    // lost). Told as localizing: a process that dies here costs the search, not the batch.
+    sink_.localizing(ctx.step);
+    const bool lost = device_lost_;
+    RunArguments arguments;
+    // An index past its bound (or CUDA's assert, which hides which): the op's arguments say.
+    if (lost || asserts_on_cuda(fwd.error)) arguments = [this, lost] { return backend_.forward_arguments(lost); };
+    const Blame b = blame_forward_error(
+        fwd, ctx.size(), lost, [this, lost](const std::vector<uint64_t>& rows) { return backend_.forward_rows(rows, lost); },
+        arguments);
+    apply_blame(e, b, *ctx.indices);
+  }
   apply(ctx, {e});
 }
 

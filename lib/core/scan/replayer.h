@@ -101,6 +101,8 @@ class Replayer {
   std::set<std::tuple<std::string, int64_t, uint64_t>> keys_sent_;  // (id, rank, probe size) with batch indices sent
   bool localize_ = true;
   std::map<std::string, unsigned> localized_;  // per finding id
+  bool blame_ = true;  // search a failed forward's batch for its samples (checks.root_cause)
+  std::map<std::string, unsigned> blamed_;  // batches searched per finding id
   std::unique_ptr<PendingPost> pending_;
   std::unique_ptr<Worker<PostResult>> worker_;
 };

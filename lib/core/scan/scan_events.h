@@ -34,6 +34,7 @@ struct ScanStart {
   DatasetInfo data;
   ModelInfo model;
   std::string device;
+  std::string device_note;  // why "cuda" is this GPU (a launcher's local rank), or ""
   std::string libtorch;
   bool backward = false;
   std::vector<uint64_t> ranks;

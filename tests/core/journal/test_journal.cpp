@@ -63,7 +63,8 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   s.data.has_targets = true;
   s.model.batchnorm_modules = {"bn1"};
   s.model.frozen_eval = {2, 1};
-  s.device = "cpu";
+  s.device = "cuda:1";
+  s.device_note = "\"cuda\" is cuda:1, the GPU of local rank 1";
   s.libtorch = "2.15.0";
   s.backward = true;
   s.ranks = {0, 1};
@@ -121,6 +122,8 @@ TEST(Journal, EveryEventSurvivesThePipe) {
   EXPECT_EQ(rec.start_seen.data.input.shape, (std::vector<int64_t>{3}));
   EXPECT_EQ(rec.start_seen.model.frozen_eval.batch_norm, 2u);
   EXPECT_EQ(rec.start_seen.ranks, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(rec.start_seen.device, "cuda:1");
+  EXPECT_EQ(rec.start_seen.device_note, "\"cuda\" is cuda:1, the GPU of local rank 1");
   ASSERT_EQ(rec.start_seen.geometry.size(), 1u);
   EXPECT_EQ(to_json(rec.start_seen.geometry[0])["fixes"], to_json(g)["fixes"]);
   EXPECT_EQ(to_json(rec.start_seen.geometry[0])["occurrences"], to_json(g)["occurrences"]);

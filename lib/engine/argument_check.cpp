@@ -1,0 +1,171 @@
+#include "engine/argument_check.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/scope.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include "engine/localize_sites.h"
+#include "engine/torch_util.h"
+
+namespace batchcheck {
+
+namespace jit = torch::jit;
+
+namespace {
+
+// What an op takes as indices, and where their bound comes from.
+enum class Kind { Embedding, ClassIndex, OneHot };
+
+std::optional<Kind> kind_of(const jit::Node* n) {
+  const std::string op = n->kind().toQualString();
+  if (op == "aten::embedding") return Kind::Embedding;
+  if (op == "aten::nll_loss" || op == "aten::nll_loss_nd" || op == "aten::nll_loss2d" || op == "aten::cross_entropy_loss") {
+    return Kind::ClassIndex;
+  }
+  if (op == "aten::one_hot") return Kind::OneHot;
+  return std::nullopt;
+}
+
+// The class of the module an inlined node was called in ("Embedding"), where recorded.
+std::string module_type(const jit::Node* n) {
+  std::string type;
+  if (auto cs = n->callstack()) {
+    for (const auto& entry : (*cs)->vec()) {
+      const auto& info = std::get<2>(entry);
+      if (info && info->class_type()) type = info->class_type()->name()->name();
+    }
+  }
+  return type;
+}
+
+// The rows of a batch-first index tensor where `bad` holds (empty where it is not batch-first).
+std::vector<uint64_t> bad_rows(const at::Tensor& bad, uint64_t batch) {
+  std::vector<uint64_t> rows;
+  if (bad.dim() == 0 || static_cast<uint64_t>(bad.size(0)) != batch) return rows;
+  const at::Tensor any = bad.reshape({bad.size(0), -1}).any(1).nonzero().flatten().to(at::kCPU);
+  for (int64_t i = 0; i < any.numel(); ++i) rows.push_back(static_cast<uint64_t>(any[i].item<int64_t>()));
+  return rows;
+}
+
+}  // namespace
+
+struct ArgumentCheck::Impl {
+  struct Site {
+    jit::Node* node = nullptr;
+    Kind kind = Kind::Embedding;
+  };
+  std::shared_ptr<jit::Graph> graph;
+  std::unique_ptr<jit::Code> code;
+  std::vector<Site> sites;
+  uint64_t batch = 0;
+  std::optional<IndexFault> fault;
+
+  explicit Impl(const std::shared_ptr<jit::Graph>& forward) {
+    graph = forward->copy();
+    jit::Inline(*graph);
+    instrument(graph->block());
+    code = std::make_unique<jit::Code>(graph, "batchcheck_arguments");
+  }
+
+  void instrument(jit::Block* block) {
+    for (auto it = block->nodes().begin(); it != block->nodes().end(); ++it) {
+      jit::Node* n = *it;
+      for (jit::Block* b : n->blocks()) instrument(b);
+      const std::optional<Kind> kind = kind_of(n);
+      if (!kind) continue;
+      auto* p = new jit::ProfileIValueOp(graph.get(), nullptr);
+      for (jit::Value* v : n->inputs()) p->addInput(v);
+      p->insertBefore(n);
+      const std::size_t k = sites.size();
+      sites.push_back({n, *kind});
+      p->setCallback([this, k](std::vector<c10::IValue>& stack) { on_site(k, stack); });
+    }
+  }
+
+  // The interpreter pushes the op's inputs, then the frame id.
+  void on_site(std::size_t k, std::vector<c10::IValue>& stack) {
+    stack.pop_back();
+    const Site& site = sites[k];
+    const std::size_t n = site.node->inputs().size();
+    const std::size_t base = stack.size() - n;
+    if (!fault) {
+      try {
+        fault = check(site, std::vector<c10::IValue>(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end()));
+      } catch (const std::exception&) {
+        // An argument this does not read (an op's other overload): no fault of this site.
+      }
+    }
+    stack.resize(base);
+  }
+
+  std::optional<IndexFault> check(const Site& site, const std::vector<c10::IValue>& in) const {
+    IndexFault f;
+    at::Tensor index;
+    int64_t bound = 0;
+    std::optional<int64_t> ignore;
+    switch (site.kind) {
+      case Kind::Embedding:  // embedding(weight, indices, ...)
+        if (in.size() < 2 || !in[0].isTensor() || !in[1].isTensor()) return std::nullopt;
+        bound = in[0].toTensor().size(0);
+        index = in[1].toTensor();
+        f.what = "token id";
+        f.bound_name = "num_embeddings";
+        break;
+      case Kind::ClassIndex: {  // nll_loss*(self, target, weight, reduction, ignore_index), cross_entropy_loss(...)
+        if (in.size() < 5 || !in[0].isTensor() || !in[1].isTensor()) return std::nullopt;
+        const at::Tensor& input = in[0].toTensor();
+        index = in[1].toTensor();
+        if (at::isFloatingType(index.scalar_type())) return std::nullopt;  // class probabilities
+        bound = input.dim() >= 2 ? input.size(1) : input.size(0);
+        if (in[4].isInt()) ignore = in[4].toInt();
+        f.what = "class index";
+        f.bound_name = "classes";
+        break;
+      }
+      case Kind::OneHot:  // one_hot(self, num_classes)
+        if (in.size() < 2 || !in[0].isTensor() || !in[1].isInt() || in[1].toInt() < 0) return std::nullopt;
+        index = in[0].toTensor();
+        bound = in[1].toInt();
+        f.what = "class value";
+        f.bound_name = "num_classes";
+        break;
+    }
+    if (at::isFloatingType(index.scalar_type()) || index.numel() == 0) return std::nullopt;
+    const at::Tensor i = index.detach().to(at::kCPU).to(at::kLong);
+    at::Tensor bad = (i < 0).logical_or(i >= bound);
+    if (ignore) bad = bad.logical_and(i != *ignore);
+    if (!bad.any().item<bool>()) return std::nullopt;
+    const at::Tensor values = i.masked_select(bad);
+    const int64_t lo = values.min().item<int64_t>(), hi = values.max().item<int64_t>();
+    f.value = lo < 0 && hi < bound ? lo : hi;
+    f.bound = bound;
+    f.site = op_site(site.node);
+    f.module_type = module_type(site.node);
+    f.rows = bad_rows(bad, batch);
+    return f;
+  }
+};
+
+ArgumentCheck::ArgumentCheck(const std::shared_ptr<jit::Graph>& forward) : impl_(std::make_unique<Impl>(forward)) {}
+ArgumentCheck::~ArgumentCheck() = default;
+
+ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
+  Impl& m = *impl_;
+  m.batch = batch;
+  m.fault.reset();
+  ArgumentRun r;
+  try {
+    at::NoGradGuard no_grad;
+    jit::InterpreterState state(*m.code);
+    state.run(stack);
+    r.result.ok = true;
+  } catch (const std::exception& e) {
+    fill_error(r.result, e);
+  }
+  r.fault = m.fault;
+  return r;
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,86 @@
+// engine/argument_check: the indices an op is given, read before it runs: an embedding's token
+// ids, a loss's class indices (ignore_index respected), one_hot's classes; the rows holding
+// them, the farthest value, the module that called the op.
+#include "engine/argument_check.h"
+
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+using namespace batchcheck;
+
+namespace {
+
+torch::jit::Module module(const std::string& source, const std::vector<std::pair<std::string, at::Tensor>>& params = {}) {
+  torch::jit::Module m(c10::QualifiedName("__torch__.test.Net"));
+  m.register_attribute("training", c10::BoolType::get(), true);
+  for (const auto& [name, t] : params) m.register_parameter(name, t, false);
+  m.define(source);
+  return m;
+}
+
+ArgumentRun run(torch::jit::Module& m, const std::vector<c10::IValue>& args, uint64_t batch) {
+  ArgumentCheck check(torch::jit::toGraphFunction(m.get_method("forward").function()).graph());
+  std::vector<c10::IValue> stack{m._ivalue()};
+  stack.insert(stack.end(), args.begin(), args.end());
+  return check.run(stack, batch);
+}
+
+}  // namespace
+
+TEST(ArgumentCheck, EmbeddingIdsPastTheTable) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids)\n", {{"weight", at::zeros({10, 4})}});
+  at::Tensor ids = at::tensor({1, 2, 3, 4, 5, 6, 12, 7}, at::kLong).reshape({4, 2});  // row 3 holds 12
+  const ArgumentRun r = run(m, {ids}, 4);
+  EXPECT_FALSE(r.result.ok);
+  EXPECT_EQ(r.result.error, "index out of range in self");
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_EQ(r.fault->site.op, "aten::embedding");
+  EXPECT_EQ(r.fault->value, 12);
+  EXPECT_EQ(r.fault->bound, 10);
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{3});
+  EXPECT_EQ(index_fault_text(*r.fault), "token id 12 >= num_embeddings 10 of aten::embedding");
+  // Clean ids: it runs, and says nothing.
+  const ArgumentRun clean = run(m, {at::zeros({4, 2}, at::kLong)}, 4);
+  EXPECT_TRUE(clean.result.ok);
+  EXPECT_FALSE(clean.fault.has_value());
+}
+
+TEST(ArgumentCheck, NegativeIdsAreOutOfBoundsToo) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids)\n", {{"weight", at::zeros({10, 4})}});
+  const ArgumentRun r = run(m, {at::tensor({0, -3}, at::kLong)}, 2);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_EQ(r.fault->value, -3);
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
+  EXPECT_EQ(index_fault_text(*r.fault), "token id -3 < 0 of aten::embedding");
+}
+
+TEST(ArgumentCheck, ClassIndicesOfALossInsideForwardKeepIgnoreIndex) {
+  torch::jit::Module m = module(
+      "def forward(self, x, y):\n    return torch.cross_entropy_loss(x, y, None, 1, 255, 0.0)\n");
+  at::Tensor logits = at::zeros({4, 3});
+  // Row 1's 255 is ignored; row 2's 5 is past the 3 classes.
+  const ArgumentRun r = run(m, {logits, at::tensor({0, 255, 5, 2}, at::kLong)}, 4);
+  EXPECT_FALSE(r.result.ok);
+  ASSERT_TRUE(r.fault.has_value()) << r.result.error;
+  EXPECT_EQ(r.fault->what, "class index");
+  EXPECT_EQ(r.fault->value, 5);
+  EXPECT_EQ(r.fault->bound, 3);
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{2});
+}
+
+TEST(ArgumentCheck, OneHotPastItsClasses) {
+  torch::jit::Module m = module("def forward(self, y):\n    return torch.one_hot(y, 4)\n");
+  const ArgumentRun r = run(m, {at::tensor({0, 4, 1}, at::kLong)}, 3);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_EQ(r.fault->bound_name, "num_classes");
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
+}
+
+TEST(ArgumentCheck, IndicesNotAlongTheBatchNameNoRows) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids.flatten())\n",
+                                {{"weight", at::zeros({10, 4})}});
+  const ArgumentRun r = run(m, {at::tensor({1, 2, 30, 4}, at::kLong).reshape({2, 2})}, 2);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_TRUE(r.fault->rows.empty());  // 4 ids, not 2 rows: the search names the samples then
+  EXPECT_EQ(r.fault->value, 30);
+}
