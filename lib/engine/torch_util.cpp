@@ -197,6 +197,9 @@ c10::Device pick_device(const BackendOptions& opt, std::string* note) {
   } else if (wants_cuda) {
     cuda_failure = load_cuda_runtime();
   }
+  // No CUDA_LAUNCH_BLOCKING: it serializes every kernel launch (a scan cost 2-4 training epochs
+  // on an H200), while the synchronize after each forward, loss and backward (`sync`) pins an
+  // error to its batch and stage as well; a batch that asserts runs again on the CPU.
   if (d == "auto") d = torch::cuda::is_available() ? "cuda" : "cpu";
   if (d.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available()) {

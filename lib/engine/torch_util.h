@@ -34,7 +34,7 @@ void require_model_file(const std::string& path, const char* what);
 std::string libtorch_rest_note();
 
 // The scan's device from --device / the config's "device": CUDA's library loaded first when
-// asked for (and CUDA_LAUNCH_BLOCKING set with sync). Throws InputError naming where the device
+// asked for (in-process; the engine child has it preloaded). Throws InputError naming where the device
 // was asked for when it is not there.
 // `note`: why "cuda" is the GPU it is, under a launcher (core/config/device_choice.h).
 c10::Device pick_device(const BackendOptions& opt, std::string* note = nullptr);
