@@ -42,10 +42,13 @@ namespace {
 class TorchBatchView : public BatchView {
  public:
   using Localize = std::function<std::optional<Localization>(const LocalizeRequest&)>;
-  TorchBatchView(at::Tensor output, std::vector<at::Tensor> aux, at::Tensor target, c10::Device device, bool sync,
-                 Localize localize)
-      : output_(std::move(output)), target_(std::move(target)), aux_(std::move(aux)), device_(device), sync_(sync),
-        localize_(std::move(localize)) {}
+  // `host_target`: the target as read, where it is on the host while `target` is on the GPU.
+  TorchBatchView(at::Tensor output, std::vector<at::Tensor> aux, at::Tensor target, at::Tensor host_target, c10::Device device,
+                 bool sync, Localize localize)
+      : output_(std::move(output)), target_(std::move(target)), target_host_(std::move(host_target)), aux_(std::move(aux)),
+        device_(device), sync_(sync), localize_(std::move(localize)) {
+    if (target_host_.defined()) target_host_ = for_kernel(target_host_.detach());
+  }
   ValueStats check(Slot slot, const ValueRule& rule) override {
     at::Tensor& cached = slot == Slot::Output ? output_host_ : target_host_;
     if (!cached.defined()) cached = for_kernel((slot == Slot::Output ? output_ : target_).detach());
@@ -57,7 +60,7 @@ class TorchBatchView : public BatchView {
   std::optional<Localization> localize(const LocalizeRequest& req) override { return localize_(req); }
 
  private:
-  at::Tensor output_, target_, output_host_, target_host_;
+  at::Tensor output_, target_, target_host_, output_host_;
   std::vector<at::Tensor> aux_;
   c10::Device device_;
   bool sync_;
@@ -92,6 +95,9 @@ class TorchBackend : public Backend {
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
     device_ = pick_device(opt, &device_note_);
+    // Before the data opens: a stream (batchcheck.scan()) waits there while the caller prepares
+    // the model, and this setup then costs nothing.
+    if (device_.is_cuda()) warm_cuda(device_);
     if (opt.loading) opt.loading(cfg.data.format == DataFormat::Npy ? cfg.data.inputs_display : cfg.data.path_display);
     data_ = open_data_source(cfg);
     if (cfg.loss.type == LossType::Model && !data_->has_targets()) {
@@ -253,7 +259,7 @@ class TorchBackend : public Backend {
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
     if (opt_.backward || cfg_.loss.type == LossType::Model) return nullptr;
-    return std::make_shared<TorchBatchView>(output_, aux_, target_, device_, opt_.sync,
+    return std::make_shared<TorchBatchView>(output_, aux_, target_, host_target_, device_, opt_.sync,
                                             [this, args = forward_args()](const LocalizeRequest& req) {
                                               return localize_batch(*model_, cfg_, args, batch_size_, req);
                                             });
@@ -419,7 +425,8 @@ class TorchBackend : public Backend {
     auto key = static_cast<int>(slot);
     auto it = checked_.find(key);
     if (it != checked_.end()) return it->second;
-    at::Tensor t = tensor(slot).detach();
+    // On a GPU the target as read is still on the host: no copy back from the device.
+    at::Tensor t = (slot == Slot::Target && host_target_.defined() ? host_target_ : tensor(slot)).detach();
     if (!t.defined()) throw InternalError("check: no tensor for this slot");
     t = for_kernel(t);
     checked_[key] = t;

@@ -225,6 +225,17 @@ c10::Device pick_device(const BackendOptions& opt, std::string* note) {
   return c10::Device(c10::kCPU);
 }
 
+void warm_cuda(const c10::Device& device) {
+  try {
+    at::NoGradGuard no_grad;
+    const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
+    at::Tensor x = at::ones({1, 1, 4, 4}, opts);
+    at::Tensor y = at::conv2d(x, at::ones({1, 1, 3, 3}, opts)).reshape({1, 4}).mm(at::ones({4, 1}, opts));
+    torch::cuda::synchronize(device.index());
+  } catch (const std::exception&) {
+  }
+}
+
 bool cuda_device_visible() { return load_cuda_runtime().empty() && torch::cuda::is_available(); }
 
 }  // namespace batchcheck

@@ -39,6 +39,10 @@ std::string libtorch_rest_note();
 // `note`: why "cuda" is the GPU it is, under a launcher (core/config/device_choice.h).
 c10::Device pick_device(const BackendOptions& opt, std::string* note = nullptr);
 
+// Creates the CUDA context of `device` and the cuBLAS and cuDNN handles a model's first matmul
+// and convolution would (a fraction of a second each); failures are left to the scan to meet.
+void warm_cuda(const c10::Device& device);
+
 // The rows of one of forward's arguments, when it is batched along its first dimension (a
 // tensor, or a list of per-sample values); nullopt otherwise.
 std::optional<c10::IValue> batch_rows(const c10::IValue& v, const std::vector<uint64_t>& rows, uint64_t batch);
