@@ -15,8 +15,8 @@ namespace jit = torch::jit;
 
 namespace {
 
-// What an op takes as indices, and where their bound comes from.
-enum class Kind { Embedding, ClassIndex, OneHot };
+// What an op takes as indices, and where their bound comes from; or a loss with a range.
+enum class Kind { Embedding, ClassIndex, OneHot, Bce, BceLogits };
 
 std::optional<Kind> kind_of(const jit::Node* n) {
   const std::string op = n->kind().toQualString();
@@ -25,6 +25,8 @@ std::optional<Kind> kind_of(const jit::Node* n) {
     return Kind::ClassIndex;
   }
   if (op == "aten::one_hot") return Kind::OneHot;
+  if (op == "aten::binary_cross_entropy") return Kind::Bce;
+  if (op == "aten::binary_cross_entropy_with_logits") return Kind::BceLogits;
   return std::nullopt;
 }
 
@@ -60,7 +62,11 @@ struct ArgumentCheck::Impl {
   std::unique_ptr<jit::Code> code;
   std::vector<Site> sites;
   uint64_t batch = 0;
-  std::optional<IndexFault> fault;
+  std::optional<OpFault> fault;
+  // A step's run (run_step): every fault, and whether one stopped forward.
+  bool step = false;
+  std::vector<OpFault>* faults = nullptr;
+  bool stopped = false;
 
   explicit Impl(const std::shared_ptr<jit::Graph>& forward) {
     graph = forward->copy();
@@ -90,18 +96,97 @@ struct ArgumentCheck::Impl {
     const Site& site = sites[k];
     const std::size_t n = site.node->inputs().size();
     const std::size_t base = stack.size() - n;
-    if (!fault) {
+    const std::vector<c10::IValue> in(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end());
+    stack.resize(base);
+    if (step) {
+      std::vector<OpFault> found;
       try {
-        fault = check(site, std::vector<c10::IValue>(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end()));
+        found = site.kind == Kind::Bce || site.kind == Kind::BceLogits ? check_loss(site, in) : std::vector<OpFault>{};
+        if (found.empty()) {
+          if (auto f = check(site, in)) found.push_back(*f);
+        }
+      } catch (const std::exception&) {
+        return;  // an argument this does not read (an op's other overload): no fault of this site
+      }
+      bool fatal = false;
+      for (auto& f : found) {
+        fatal = fatal || f.fatal;
+        faults->push_back(std::move(f));
+      }
+      if (fatal) {
+        stopped = true;
+        throw std::runtime_error("batchcheck stopped forward before " + std::string(site.node->kind().toQualString()) +
+                                 ", whose arguments break its contract");
+      }
+      return;
+    }
+    if (!fault && site.kind != Kind::Bce && site.kind != Kind::BceLogits) {
+      try {
+        fault = check(site, in);
       } catch (const std::exception&) {
         // An argument this does not read (an op's other overload): no fault of this site.
       }
     }
-    stack.resize(base);
   }
 
-  std::optional<IndexFault> check(const Site& site, const std::vector<c10::IValue>& in) const {
-    IndexFault f;
+  // binary_cross_entropy(self, target, weight, reduction): both in [0, 1] and finite, or it
+  // raises (CUDA asserts); binary_cross_entropy_with_logits(self, target, ...): a finite
+  // input, a target in [0, 1], or the loss is silently wrong.
+  std::vector<OpFault> check_loss(const Site& site, const std::vector<c10::IValue>& in) const {
+    std::vector<OpFault> out;
+    if (in.size() < 2 || !in[0].isTensor() || !in[1].isTensor()) return out;
+    const bool logits = site.kind == Kind::BceLogits;
+    if (in[0].toTensor().sizes() != in[1].toTensor().sizes()) {
+      // F.binary_cross_entropy(_with_logits) raises ValueError on it in Python, before the op:
+      // a traced step has lost that check (a .squeeze() that ate a batch of one).
+      OpFault f;
+      f.site = op_site(site.node);
+      f.module_type = module_type(site.node);
+      f.loss = logits ? "BCEWithLogitsLoss" : "BCELoss";
+      f.id = "shape-mismatch";
+      f.what = "input";
+      f.input_shape = in[0].toTensor().sizes().vec();
+      f.target_shape = in[1].toTensor().sizes().vec();
+      out.push_back(std::move(f));
+      return out;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const at::Tensor t = in[k].toTensor().detach();
+      if (!at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
+      const bool ranged = !(logits && k == 0);
+      const at::Tensor finite = at::isfinite(t);
+      const at::Tensor bad_value = ranged ? finite.logical_and((t < 0).logical_or(t > 1)) : at::zeros_like(finite);
+      const at::Tensor bad = finite.logical_not().logical_or(bad_value);
+      const at::Tensor counts = at::stack({finite.logical_not().sum(), bad_value.sum()}).to(at::kCPU);
+      const int64_t nonfinite = counts[0].item<int64_t>(), outside = counts[1].item<int64_t>();
+      if (nonfinite == 0 && outside == 0) continue;
+      OpFault f;
+      f.site = op_site(site.node);
+      f.module_type = module_type(site.node);
+      f.loss = logits ? "BCEWithLogitsLoss" : "BCELoss";
+      f.what = k == 0 ? "input" : "target";
+      f.id = std::string(k == 0 ? "output" : "target") + (nonfinite ? "-nonfinite" : "-out-of-range");
+      f.lo = 0;
+      f.hi = 1;
+      f.nonfinite = static_cast<uint64_t>(nonfinite);
+      f.outside = static_cast<uint64_t>(outside);
+      f.elements = static_cast<uint64_t>(t.numel());
+      if (nonfinite < t.numel()) {
+        const at::Tensor values = t.masked_select(finite).to(at::kDouble);
+        f.min = values.min().item<double>();
+        f.max = values.max().item<double>();
+      }
+      // BCELoss raises on both (CUDA asserts); with logits a NaN or a target outside [0, 1]
+      // computes a loss, a wrong one.
+      f.fatal = !logits;
+      f.rows = bad_rows(bad, batch);
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+  std::optional<OpFault> check(const Site& site, const std::vector<c10::IValue>& in) const {
+    OpFault f;
     at::Tensor index;
     int64_t bound = 0;
     std::optional<int64_t> ignore;
@@ -122,6 +207,7 @@ struct ArgumentCheck::Impl {
         if (in[4].isInt()) ignore = in[4].toInt();
         f.what = "class index";
         f.bound_name = "classes";
+        f.id = "target-out-of-range";
         break;
       }
       case Kind::OneHot:  // one_hot(self, num_classes)
@@ -131,6 +217,8 @@ struct ArgumentCheck::Impl {
         f.what = "class value";
         f.bound_name = "num_classes";
         break;
+      case Kind::Bce:
+      case Kind::BceLogits: return std::nullopt;  // check_loss
     }
     if (at::isFloatingType(index.scalar_type()) || index.numel() == 0) return std::nullopt;
     const at::Tensor i = index.detach().to(at::kCPU).to(at::kLong);
@@ -154,6 +242,7 @@ ArgumentCheck::~ArgumentCheck() = default;
 ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   Impl& m = *impl_;
   m.batch = batch;
+  m.step = false;
   m.fault.reset();
   ArgumentRun r;
   try {
@@ -166,6 +255,25 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   }
   r.fault = m.fault;
   return r;
+}
+
+c10::IValue ArgumentCheck::run_step(std::vector<c10::IValue> stack, uint64_t batch, std::vector<OpFault>& faults, bool& stopped) {
+  Impl& m = *impl_;
+  m.batch = batch;
+  m.step = true;
+  m.faults = &faults;
+  m.stopped = false;
+  try {
+    jit::InterpreterState state(*m.code);
+    state.run(stack);
+  } catch (...) {
+    stopped = m.stopped;
+    m.step = false;
+    throw;
+  }
+  stopped = false;
+  m.step = false;
+  return stack.empty() ? c10::IValue() : stack.back();
 }
 
 }  // namespace batchcheck

@@ -30,6 +30,12 @@ class ArgumentCheck {
   // rows: what it raised (ok where it ran), and the first index fault seen before that.
   ArgumentRun run(std::vector<c10::IValue> stack, uint64_t batch);
 
+  // The user's training step (loss.type "step"), with autograd as the caller has it: every
+  // loss op's arguments checked (BCE's input and target ranges too), each fault in `faults`;
+  // at one the op would raise on (or, on CUDA, assert), forward stops before it (`stopped`) and
+  // this throws what the scan reports as the batch's forward error. Returns forward's value.
+  c10::IValue run_step(std::vector<c10::IValue> stack, uint64_t batch, std::vector<OpFault>& faults, bool& stopped);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

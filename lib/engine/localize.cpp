@@ -341,7 +341,14 @@ c10::IValue ForwardLocalizer::run(std::vector<c10::IValue> stack, const Localize
   m.pre_node = nullptr;
   m.pre_values.clear();
   jit::InterpreterState state(*m.code);
-  state.run(stack);
+  try {
+    state.run(stack);
+  } catch (const std::exception&) {
+    m.pre_values.clear();
+    // An op after the first NaN or Inf raised on it (BCE on a NaN): what was seen stands.
+    if (req.nonfinite && (m.found_nan || m.found_inf)) return c10::IValue();
+    throw;
+  }
   m.pre_values.clear();
   return stack.empty() ? c10::IValue() : stack.back();
 }

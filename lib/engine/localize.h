@@ -28,7 +28,8 @@ class ForwardLocalizer {
   ForwardLocalizer& operator=(const ForwardLocalizer&) = delete;
 
   // Runs the instrumented forward on [self, args...] (normalized as the method's schema
-  // wants) and returns what forward returned. Throws what the model raises.
+  // wants) and returns what forward returned. Throws what the model raises, unless it raised
+  // after the non-finite value asked about was seen (then None).
   c10::IValue run(std::vector<c10::IValue> stack, const LocalizeRequest& req);
   // What the last run found; `prediction`: the prediction selected from forward's value
   // (for a range request; undefined otherwise).

@@ -47,6 +47,14 @@ class ModelRunner {
                                                const std::function<at::Tensor(const c10::IValue&)>& /*prediction*/) {
     return std::nullopt;
   }
+  // loss.type "step": forward with each loss op's arguments checked where it runs
+  // (engine/argument_check.h); faults as they were found, `stopped` where one stopped forward
+  // (then this throws). Formats without a graph run plain forward.
+  virtual c10::IValue forward_step(const std::vector<c10::IValue>& inputs, uint64_t /*batch*/, std::vector<OpFault>& /*faults*/,
+                                   bool& stopped) {
+    stopped = false;
+    return forward(inputs);
+  }
   // Forward once more through a copy of the model that reads the indices ops are given
   // (engine/argument_check.h), autograd off; nullopt where the format keeps no graph.
   virtual std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& /*inputs*/, uint64_t /*batch*/) {

@@ -111,7 +111,7 @@ SelectedOutputs model_losses(const c10::IValue& out, const Config& cfg) {
 }  // namespace
 
 SelectedOutputs select_outputs(const c10::IValue& out, const Config& cfg) {
-  if (cfg.loss.type == LossType::Model) return model_losses(out, cfg);
+  if (returns_loss(cfg.loss.type)) return model_losses(out, cfg);
   SelectedOutputs r;
   const Selector main{cfg.file, "model.output"};
   if (!cfg.model.output) {

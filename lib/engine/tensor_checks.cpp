@@ -94,7 +94,8 @@ at::Tensor compute_loss(const at::Tensor& out, const at::Tensor& tgt, const Loss
     case LossType::Jaccard:
     case LossType::Focal: return region_loss(out, tgt, loss);
     case LossType::None:
-    case LossType::Model: break;
+    case LossType::Model:
+    case LossType::Step: break;
   }
   throw InternalError("compute_loss: no loss for type none");
 }

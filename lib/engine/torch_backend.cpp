@@ -228,11 +228,17 @@ class TorchBackend : public Backend {
 
   ForwardResult forward() override {
     ForwardResult r;
+    std::vector<OpFault> faults;
+    bool stopped = false;
     try {
       if (context_lost_) throw std::runtime_error(kDeviceAssertError);
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output() : model_->forward(forward_args()), cfg_);
+      SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output()
+                                           : cfg_.loss.type == LossType::Step
+                                               ? model_->forward_step(forward_args(), batch_size_, faults, stopped)
+                                               : model_->forward(forward_args()),
+                                           cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
       loss_terms_ = std::move(out.loss_terms);
@@ -242,23 +248,25 @@ class TorchBackend : public Backend {
       throw;
     } catch (const std::exception& e) {
       fill_error(r, e);
-      if (opt_.simulate_device_asserts && (asserts_on_cuda(r.error) || is_device_assert(r.error))) {
+      if (opt_.simulate_device_asserts && !stopped && (asserts_on_cuda(r.error) || is_device_assert(r.error))) {
         context_lost_ = true;
         r = ForwardResult{};
         r.error = parse_error_text(kDeviceAssertError).message;
       }
     }
+    r.faults = std::move(faults);
+    r.stopped = stopped;
     return r;
   }
 
   LossResult loss(const LossConfig& loss) override {
-    if (loss.type == LossType::Model) return model_loss();
+    if (returns_loss(loss.type)) return model_loss();
     return run_loss(output_, target_, loss, device_, opt_.sync, opt_.backward ? &loss_ : nullptr);
   }
 
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
-    if (opt_.backward || cfg_.loss.type == LossType::Model) return nullptr;
+    if (opt_.backward || returns_loss(cfg_.loss.type)) return nullptr;
     return std::make_shared<TorchBatchView>(output_, aux_, target_, host_target_, device_, opt_.sync,
                                             [this, args = forward_args()](const LocalizeRequest& req) {
                                               return localize_batch(*model_, cfg_, args, batch_size_, req);
@@ -266,6 +274,13 @@ class TorchBackend : public Backend {
   }
 
   std::optional<Localization> localize(const LocalizeRequest& req) override {
+    // A step on a GPU is localized on the CPU: the localizer runs every op of it, the loss op
+    // whose NaN input it traces among them, which would assert on the device.
+    if (cfg_.loss.type == LossType::Step && device_.is_cuda()) {
+      ModelRunner* host = host_model();
+      if (!host) return std::nullopt;
+      return localize_batch(*host, cfg_, rerun_args(true), batch_size_, req);
+    }
     return localize_batch(*model_, cfg_, forward_args(), batch_size_, req);
   }
 
@@ -282,7 +297,11 @@ class TorchBackend : public Backend {
     const std::vector<at::Tensor> kept = model->save_buffers();
     try {
       at::NoGradGuard no_grad;
-      select_outputs(model->forward(part), cfg_);
+      // A step's parts run checked too: a loss op they would break stops them before it runs.
+      std::vector<OpFault> faults;
+      bool stopped = false;
+      select_outputs(cfg_.loss.type == LossType::Step ? model->forward_step(part, rows.size(), faults, stopped) : model->forward(part),
+                     cfg_);
       if (!(cpu && device_.is_cuda())) synchronize();
       r.ok = true;
     } catch (const InputError&) {

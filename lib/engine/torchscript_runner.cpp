@@ -69,13 +69,24 @@ class TorchScriptRunner : public ModelRunner {
     if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(torch::jit::toGraphFunction(method.function()).graph());
     at::NoGradGuard no_grad;
     c10::IValue out = localizer_->run(interpreter_stack(method, inputs), req);
-    return localizer_->result(prediction(out), req);
+    // None: forward raised after its bad value was seen (a loss op given the NaN).
+    return localizer_->result(out.isNone() ? at::Tensor() : prediction(out), req);
   }
 
   std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& inputs, uint64_t batch) override {
     torch::jit::Method method = module_.get_method("forward");
+    return argument_check(method).run(interpreter_stack(method, inputs), batch);
+  }
+
+  c10::IValue forward_step(const std::vector<c10::IValue>& inputs, uint64_t batch, std::vector<OpFault>& faults,
+                           bool& stopped) override {
+    torch::jit::Method method = module_.get_method("forward");
+    return argument_check(method).run_step(interpreter_stack(method, inputs), batch, faults, stopped);
+  }
+
+  ArgumentCheck& argument_check(const torch::jit::Method& method) {
     if (!argument_check_) argument_check_ = std::make_unique<ArgumentCheck>(torch::jit::toGraphFunction(method.function()).graph());
-    return argument_check_->run(interpreter_stack(method, inputs), batch);
+    return *argument_check_;
   }
 
   std::vector<BatchNormSite> frozen_batchnorm_single_value(const std::vector<c10::IValue>& inputs) override {

@@ -606,6 +606,120 @@ class _Server:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class _Step(torch.nn.Module):
+    """forward(*fields) is the user's training step on the batch those fields make: step(model,
+    batch) returns the loss. Traced together (torch.jit.trace), every op of the step is in the
+    graph the engine runs: the loss ops with their contracts, the labels a GAN makes in its step,
+    a VAE's KL term. Modules the step reaches besides the model (a GAN's generator, through the
+    step's closure or globals) are registered here, so that their weights are the graph's
+    parameters instead of constants."""
+
+    def __init__(self, model, step, rebuild, others):
+        super().__init__()
+        self.model = model
+        for name, m in others:  # by the names the step gives them: a report names "criterion (BCELoss)"
+            self.add_module(name, m)
+        self._step = step
+        self._rebuild = rebuild
+
+    def forward(self, *fields):
+        loss = self._step(self.model, self._rebuild(fields))
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError("batchcheck.scan: step(model, batch) returned %s, not the loss tensor" % type(loss).__name__)
+        return loss
+
+
+def _rebuilder(first, names):
+    """How the fields (in `names` order) make the batch again, in the structure the loader yields."""
+    if isinstance(first, torch.Tensor):
+        return lambda fields: fields[0]
+    if isinstance(first, dict):
+        return lambda fields: dict(zip(names, fields))
+    kind = list if isinstance(first, list) else tuple
+    return lambda fields: kind(fields)
+
+
+def _modules_reached(fn, model):
+    """(name, module) of the nn.Modules a step function reaches besides `model` and its
+    submodules: through its closure, its defaults and the globals it names (one level: what a
+    training loop's step uses), by the names it gives them."""
+    import inspect
+    seen = {id(m) for m in model.modules()}
+    found, names = [], {"model"}
+    fn = inspect.unwrap(fn)
+    values = []
+    if getattr(fn, "__self__", None) is not None:  # a bound method: its object's modules
+        values += list(vars(fn.__self__).items()) if hasattr(fn.__self__, "__dict__") else []
+        fn = fn.__func__
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a callable object: its attributes
+        values += list(vars(fn).items()) if hasattr(fn, "__dict__") else []
+    else:
+        values += [(n, c.cell_contents) for n, c in zip(code.co_freevars, fn.__closure__ or ()) if _cell_full(c)]
+        values += [("default", d) for d in fn.__defaults__ or ()]
+        glob = getattr(fn, "__globals__", {})
+        values += [(n, glob[n]) for n in code.co_names if n in glob]
+    for name, v in values:
+        if isinstance(v, torch.nn.Module) and id(v) not in seen:
+            seen.update(id(m) for m in v.modules())
+            name = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)) or "module"
+            while name in names or not name[0].isalpha():
+                name = "step_" + name
+            names.add(name)
+            found.append((name, v))
+    return found
+
+
+def _cell_full(cell):
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:  # an empty cell (a name bound later)
+        return False
+
+
+def _loss_step(loss, pick, target_key):
+    """A loss given as any callable (prediction, target) -> loss, as a step: the model on the
+    batch's inputs (a dict's by keyword), its prediction selected as output= says."""
+    def step(model, batch):
+        if isinstance(batch, dict):
+            target = batch[target_key]
+            out = model(**{k: v for k, v in batch.items() if k != target_key})
+        else:
+            *inputs, target = batch
+            out = model(*inputs)
+        return loss(_select(out, pick), target)
+    return step
+
+
+def _trace_step(model, step, first, names, example, mode):
+    """The step traced with the model on the first batch (its fields in `names` order), the
+    model's buffers and every RNG as they were before (the trace runs the step once)."""
+    from batchcheck.export import _quiet_jit
+    module = _Step(model, step, _rebuilder(first, names), _modules_reached(step, model))
+    params = list(module.parameters())
+    device = params[0].device if params else torch.device("cpu")
+    example = tuple(t.to(device) for t in example)
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    was_training = [(m, m.training) for m in module.modules()]
+    rng = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+    module.train(mode == "train")
+    try:
+        with _quiet_jit(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's warnings are about the step's Python, not the user's data
+            traced = torch.jit.trace(module, example, check_trace=False, strict=False)
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        for m, t in was_training:
+            m.training = t
+        torch.set_rng_state(rng[0])
+        if rng[1] is not None:
+            torch.cuda.set_rng_state_all(rng[1])
+    return traced
+
+
 def _engine_model(model, call, keywords, fields, x, pick, mode):
     """The model for the engine: traced through the keyword adapter (returning out[pick]), else
     scripted or traced; raises where neither works."""
@@ -667,7 +781,7 @@ def _rng_snapshot(loader):
     return restore
 
 
-def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_on=None, device=None,
+def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=None, fail_on=None, device=None,
          input_key="inputs", target_key=None, eager=None, args=(), quiet=False):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
@@ -680,7 +794,12 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
     eager: None (default) runs forward in this process only where TorchScript can neither script
     nor trace the model (with a warning); True always; False never (the failure is raised). An
     eager scan checks the model's outputs, the loss and the batches, not its gradients or weights,
-    and names no root cause."""
+    and names no root cause.
+    step: your training step, step(model, batch) -> loss, exactly as your loop computes the loss
+    (post-processing, several loss terms, labels made in the step): traced with the model and run
+    in the engine, every loss op inside checked where it runs (BCE's ranges, class indices, an
+    embedding's ids), a NaN traced to the op that made it. loss= may also be any callable
+    (prediction, target) -> loss: it runs as such a step."""
     if not isinstance(loader, DataLoader):
         raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
     if isinstance(loader.dataset, IterableDataset):
@@ -700,13 +819,27 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
         order = _export._record_order(loader, n)  # restores every RNG it draws from
     if aux and eager is True:
         raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
+    if step is not None and loss is not None:
+        raise TypeError("batchcheck.scan: pass loss= or step=, not both (a step computes its own loss)")
+    if step is None and loss is not None and not isinstance(loss, str) and callable(loss) and not _export.known_loss(loss):
+        step = _loss_step(loss, output, target_key or "targets")  # any callable (prediction, target) -> loss
+        loss = None
+    if step is not None:
+        if not callable(step):
+            raise TypeError("batchcheck.scan: step is your training step, step(model, batch) -> loss; got %s" % type(step).__name__)
+        if eager is True or aux:
+            raise TypeError("batchcheck.scan: step= runs in the engine, traced with the model: no eager=True, no aux=")
+        if device is None:  # the step is traced where the model is: device constants follow it
+            params = list(model.parameters())
+            if params and params[0].device.type == "cuda":
+                device = "cuda"
     restore = _rng_snapshot(loader)
     server = _Server(loader, order, input_key, target_key or "targets")
     arrays = engine = None
     try:
         config = {"data": {"format": "stream", "path": server.path},
                   "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
-                  "loss": _export.loss_config(loss)}
+                  "loss": {"type": "step"} if step is not None else _export.loss_config(loss)}
         if sequential:
             if loader.drop_last:
                 config["loader"]["drop_last"] = True
@@ -738,9 +871,12 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
 
         def engine_config(eager_model, names, target_key, output):
             """The config for the batch's fields (names)."""
-            inputs = [name for name in names if name != target_key]
+            inputs = [name for name in names if name != target_key or step is not None]  # a step takes them all
             m = {"mode": mode}
-            if names != [input_key, target_key] and names != [input_key]:
+            if step is not None:
+                m["inputs"] = inputs
+                output = None
+            elif names != [input_key, target_key] and names != [input_key]:
                 m["inputs"] = inputs
             if eager_model:
                 m["format"] = "eager"
@@ -806,7 +942,11 @@ def scan(model, loader, loss=None, *, mode="train", output=None, aux=None, fail_
                 engine.stop()
                 engine = launch(real)
         scripted = None
-        if eager is not True:
+        if step is not None:
+            # The step's own errors are the user's to see (a step that does not run at all).
+            scripted = _trace_step(model, step, first, names, tuple(t for _, t in fields), mode)
+            scripted.save(model_path)
+        elif eager is not True:
             try:
                 scripted = _engine_model(model, call, keywords, fields, x, pick, mode)
                 try:

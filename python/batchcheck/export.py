@@ -92,6 +92,16 @@ def loss_config(loss):
     return out
 
 
+def known_loss(loss):
+    """Whether batchcheck computes this loss itself (loss_config takes it); any other callable
+    runs inside the user's step (batchcheck.scan(loss=fn) with fn(prediction, target))."""
+    try:
+        loss_config(loss)
+        return True
+    except TypeError:
+        return False
+
+
 def _region_loss_config(loss):
     """The loss section of MONAI's and smp's region losses (read from their attributes, without
     importing either library), or None for any other loss."""

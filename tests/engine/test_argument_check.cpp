@@ -84,3 +84,55 @@ TEST(ArgumentCheck, IndicesNotAlongTheBatchNameNoRows) {
   EXPECT_TRUE(r.fault->rows.empty());  // 4 ids, not 2 rows: the search names the samples then
   EXPECT_EQ(r.fault->value, 30);
 }
+
+// A training step (loss.type "step"): every loss op's arguments are checked where it runs; at one
+// it would raise on (or on CUDA assert), forward stops before it.
+TEST(ArgumentCheck, AStepStopsBeforeABceWhoseTargetLeavesItsRange) {
+  torch::jit::Module m = module("def forward(self, x, y):\n    return torch.binary_cross_entropy(torch.sigmoid(x), y)\n");
+  at::Tensor y = at::tensor({0.f, 1.f, 2.f, 1.f}).reshape({4, 1});
+  ArgumentCheck check(torch::jit::toGraphFunction(m.get_method("forward").function()).graph());
+  std::vector<OpFault> faults;
+  bool stopped = false;
+  std::vector<c10::IValue> stack{m._ivalue(), at::zeros({4, 1}), y};
+  EXPECT_THROW(check.run_step(stack, 4, faults, stopped), std::exception);
+  EXPECT_TRUE(stopped);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].id, "target-out-of-range");
+  EXPECT_EQ(faults[0].loss, "BCELoss");
+  EXPECT_EQ(faults[0].outside, 1u);
+  EXPECT_EQ(faults[0].max, 2.0);
+  EXPECT_EQ(faults[0].rows, std::vector<uint64_t>{2});
+  EXPECT_TRUE(faults[0].fatal);
+}
+
+TEST(ArgumentCheck, AStepGoesOnPastALogitsTargetOutsideItsRangeAndSaysSo) {
+  torch::jit::Module m = module("def forward(self, x, y):\n    return torch.binary_cross_entropy_with_logits(x, y)\n");
+  ArgumentCheck check(torch::jit::toGraphFunction(m.get_method("forward").function()).graph());
+  std::vector<OpFault> faults;
+  bool stopped = true;
+  c10::IValue out = check.run_step({m._ivalue(), at::zeros({3}), at::tensor({0.f, 255.f, 1.f})}, 3, faults, stopped);
+  EXPECT_FALSE(stopped);
+  EXPECT_TRUE(out.isTensor());
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].loss, "BCEWithLogitsLoss");
+  EXPECT_FALSE(faults[0].fatal);  // PyTorch computes a loss from it, a wrong one
+  EXPECT_EQ(faults[0].rows, std::vector<uint64_t>{1});
+}
+
+TEST(ArgumentCheck, AStepWhoseSqueezeAteTheBatchOfOneStopsAtTheShapes) {
+  torch::jit::Module m = module("def forward(self, x, y):\n    return torch.binary_cross_entropy(torch.sigmoid(x).squeeze(), y)\n");
+  ArgumentCheck check(torch::jit::toGraphFunction(m.get_method("forward").function()).graph());
+  std::vector<OpFault> faults;
+  bool stopped = false;
+  EXPECT_THROW(check.run_step({m._ivalue(), at::zeros({1, 1}), at::zeros({1})}, 1, faults, stopped), std::exception);
+  EXPECT_TRUE(stopped);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].id, "shape-mismatch");
+  EXPECT_EQ(faults[0].input_shape, std::vector<int64_t>{});
+  EXPECT_EQ(faults[0].target_shape, std::vector<int64_t>{1});
+  // The batch of eight runs.
+  faults.clear();
+  check.run_step({m._ivalue(), at::zeros({8, 1}), at::zeros({8})}, 8, faults, stopped);
+  EXPECT_FALSE(stopped);
+  EXPECT_TRUE(faults.empty());
+}

@@ -25,7 +25,7 @@ constexpr LossName kLossNames[] = {
     {"cross_entropy", LossType::CrossEntropy}, {"nll", LossType::Nll},
     {"mse", LossType::Mse},     {"l1", LossType::L1},
     {"smooth_l1", LossType::SmoothL1},         {"none", LossType::None},
-    {"model", LossType::Model},
+    {"model", LossType::Model}, {"step", LossType::Step},
     {"dice", LossType::Dice},   {"dice_ce", LossType::DiceCe},
     {"jaccard", LossType::Jaccard},            {"focal", LossType::Focal},
 };
@@ -316,9 +316,9 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
       }
       out.aux.emplace_back(item.key(), w.get<double>());
     }
-    if (out.type == LossType::None || out.type == LossType::Model) {
+    if (out.type == LossType::None || returns_loss(out.type)) {
       l.fail("aux", std::string("needs a loss \"type\" batchcheck computes: each extra output is compared with the target by that loss") +
-                        (out.type == LossType::Model ? " (with \"model\", forward's own loss already adds its heads)" : ""));
+                        (returns_loss(out.type) ? " (with \"" + std::string(to_string(out.type)) + "\", forward's own loss already adds its heads)" : ""));
     }
   }
 }

@@ -17,8 +17,13 @@ enum class Mode { Train, Eval };
 // models in train mode return a dict of losses, summed as their training recipe does).
 // Dice, DiceCe, Jaccard, Focal: the region losses of MONAI and segmentation-models-pytorch,
 // whose targets are masks or class indices per pixel (region_contract.cpp).
-enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model, Dice, DiceCe, Jaccard, Focal };
+// Model: forward(inputs..., targets) computes its loss (torchvision's detectors). Step: forward
+// is the user's whole training step (batchcheck.scan(step=...), traced with the model): it takes
+// every field of the batch and returns the loss, each loss op inside checked where it runs.
+enum class LossType { Bce, BceWithLogits, CrossEntropy, Nll, Mse, L1, SmoothL1, None, Model, Dice, DiceCe, Jaccard, Focal, Step };
 bool is_region_loss(LossType t);
+// Whether forward returns the loss itself (no prediction to hold to a loss's contract).
+inline bool returns_loss(LossType t) { return t == LossType::Model || t == LossType::Step; }
 // How a region loss turns predictions into probabilities (MONAI's sigmoid=/softmax= flags,
 // smp's from_logits with its mode): none means the model already outputs probabilities.
 enum class Activation { None, Sigmoid, Softmax };

@@ -341,9 +341,13 @@ void check_fields(const JsonObject& top, const Config& cfg) {
     }
     if (m.format == ModelFormat::Pt2) top.object("loss").fail("type", "\"model\" needs a TorchScript model in train mode; a .pt2 program runs as exported");
   }
+  if (cfg.loss.type == LossType::Step && m.format != ModelFormat::TorchScript) {
+    top.object("loss").fail("type", "\"step\" runs the training step as TorchScript (batchcheck.scan(step=...) traces it with the "
+                                    "model); model.format is \"" + std::string(m.format == ModelFormat::Pt2 ? "pt2" : "eager") + "\"");
+  }
   if (collate.list) {
     const JsonObject co = top.object("loader").object("collate");
-    if (cfg.loss.type != LossType::Model && cfg.loss.type != LossType::None) {
+    if (!returns_loss(cfg.loss.type) && cfg.loss.type != LossType::None) {
       co.fail("list", "batches stay lists of samples, which batchcheck's " + std::string(to_string(cfg.loss.type)) +
                           " cannot compare with a prediction: set loss.type to \"model\" (forward computes its loss from the "
                           "targets, as torchvision's detection models do) or \"none\"");

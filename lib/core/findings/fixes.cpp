@@ -43,6 +43,15 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
   const bool plain = !c.collate_pads && !c.collate_list;
   std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
   const std::string samples = "[dataset[i] for i in " + python_indices(idx) + "]";
+  if (c.loss.type == LossType::Step) {
+    // The user's own step on the batch as their loader makes it.
+    code += std::string("batch = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); model.train(" +
+            (c.mode == Mode::Train ? "True" : "False") + "); loss = step(model, batch)" + (with_backward ? "; loss.backward()" : "");
+    const std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
+                                      : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?"));
+    return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+            "needs your Dataset object as `dataset`, the model as `model` and your training step as `step`", {}};
+  }
   if (c.collate_list) {
     code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
   } else {
@@ -174,7 +183,8 @@ std::string loss_constructor(const LossConfig& l) {
     case LossType::Jaccard:
     case LossType::Focal: return "loss_fn";  // MONAI's or smp's object, as the user built it
     case LossType::None:
-    case LossType::Model: return "";
+    case LossType::Model:
+    case LossType::Step: return "";
   }
   auto tensor = [](const std::vector<double>& v) {
     std::vector<std::string> parts;

@@ -87,6 +87,29 @@ struct LoadFailure {
 enum class Slot { Input, Output, Target };
 const char* to_string(Slot s);
 
+// An op's arguments outside its contract, read before it ran (engine/argument_check.h): indices
+// past their bound (an embedding's token ids, a loss's class indices: what CUDA's assert or the
+// CPU's "index out of range in self" does not say), or a loss's input or target outside its
+// range (BCE's [0, 1]) inside the model's own training step.
+struct OpFault {
+  OpSite site;               // the op, its module path, the user's line
+  std::string module_type;   // the module's class ("Embedding"), where known
+  // The finding it makes: "index" (an op's indices), or output-out-of-range, output-nonfinite,
+  // target-out-of-range, target-nonfinite, shape-mismatch (a loss's input or target).
+  std::string id = "index";
+  std::string what;          // "token id", "class index", "class value"; "input", "target" of a loss
+  std::string bound_name;    // "num_embeddings", "classes", "num_classes"
+  int64_t value = 0;         // indices: the farthest value out of bounds
+  int64_t bound = 0;
+  std::string loss;          // a loss's: "BCELoss", "BCEWithLogitsLoss"
+  double lo = 0, hi = 0;     // its range, and the values seen: min, max (finite ones)
+  double min = 0, max = 0;
+  uint64_t outside = 0, nonfinite = 0, elements = 0;
+  std::vector<int64_t> input_shape, target_shape;  // shape-mismatch: the loss's two shapes
+  bool fatal = true;         // the op raises (on CUDA: asserts) on it; else it computes a wrong loss
+  std::vector<uint64_t> rows;  // the batch's rows holding such values (empty: not per row)
+};
+
 struct ForwardResult {
   bool ok = false;
   std::string error;     // one line: the exception's message without C++ backtrace
@@ -94,24 +117,18 @@ struct ForwardResult {
   // and the library frame below it that raised (core/findings/error_text.h)
   std::string location, source_line, raised_in;
   std::string traceback; // the TorchScript traceback, when there is one
+  // loss.type "step": the ops inside whose arguments broke their contract, in the order they
+  // ran; `stopped`: forward stopped before the last of them ran (it would raise, or on CUDA
+  // assert), so `error` is batchcheck's, not the model's.
+  std::vector<OpFault> faults;
+  bool stopped = false;
 };
 
-// An op given indices outside its bound, read from its arguments before it ran: what CUDA's
-// assert (or the CPU's "index out of range in self") does not say.
-struct IndexFault {
-  OpSite site;               // the op, its module path, the user's line
-  std::string module_type;   // the module's class ("Embedding"), where known
-  std::string what;          // "token id", "class index", "class value"
-  std::string bound_name;    // "num_embeddings", "classes", "num_classes"
-  int64_t value = 0;         // the farthest value out of bounds
-  int64_t bound = 0;
-  std::vector<uint64_t> rows;  // the batch's rows holding such values (empty: not per row)
-};
 
 // The whole batch's forward once, through the argument check (engine/argument_check.h).
 struct ArgumentRun {
   ForwardResult result;
-  std::optional<IndexFault> fault;
+  std::optional<OpFault> fault;
 };
 // loss.backward() on the current batch: an error, or the parameters whose gradients
 // are not finite.

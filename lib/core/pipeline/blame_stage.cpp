@@ -179,7 +179,7 @@ Blame blame_forward_error(const ForwardResult& failed, uint64_t batch, bool reru
   return b;
 }
 
-std::string index_fault_text(const IndexFault& f) {
+std::string index_fault_text(const OpFault& f) {
   const bool below = f.value < 0;
   std::string where = f.site.module.empty() ? f.site.op : f.site.module;
   if (!f.module_type.empty()) where += " (" + f.module_type + ")";
@@ -217,7 +217,7 @@ void apply_blame(Emitted& e, const Blame& b, const std::vector<int64_t>& indices
                                           : "samples " + python_indices(std::vector<int64_t>(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(samples.size(), 8)))) +
                                                 (samples.size() > 8 ? " (" + std::to_string(samples.size()) + " in all)" : "");
   if (b.fault) {
-    const IndexFault& f = *b.fault;
+    const OpFault& f = *b.fault;
     nlohmann::ordered_json fault = {{"op", f.site.op}, {"module", f.site.module}, {"what", f.what}, {"value", f.value},
                                     {f.bound_name, f.bound}};
     if (!f.module_type.empty()) fault["module_type"] = f.module_type;

@@ -41,7 +41,7 @@ struct Blame {
   std::vector<uint64_t> rows;
   bool complete = false;
   std::optional<ForwardResult> cpu;  // the batch's own re-run on the CPU, after a device-side assert
-  std::optional<IndexFault> fault;   // the op's arguments, where they show the cause
+  std::optional<OpFault> fault;   // the op's arguments, where they show the cause
   uint64_t forwards = 0;
 };
 
@@ -56,7 +56,7 @@ Blame blame_forward_error(const ForwardResult& failed, uint64_t batch, bool reru
                           const RunArguments& arguments = {});
 
 // "token id 100 >= num_embeddings 100 of emb (Embedding)".
-std::string index_fault_text(const IndexFault& f);
+std::string index_fault_text(const OpFault& f);
 
 // Whether a forward failure of this id is searched for its samples.
 bool blamable(const std::string& id);

@@ -67,7 +67,7 @@ ContractPlan plan_contract(const LossConfig& loss, const ChecksConfig& checks, u
                            const TensorMeta& output, const TensorMeta& target) {
   ContractPlan plan;
   const LossType t = loss.type;
-  if (t == LossType::Model) {
+  if (returns_loss(t)) {
     // forward returned the loss itself: no prediction to hold to a contract, only the loss.
     plan.can_compute_loss = true;
     return plan;

@@ -20,12 +20,13 @@ std::optional<Emitted> loss_finding(const LossResult& loss, const LossConfig& cf
   }
   nlohmann::ordered_json value =
       std::isnan(loss.value) ? nlohmann::ordered_json("nan") : nlohmann::ordered_json(format_number(loss.value));
-  if (cfg.type == LossType::Model) {
+  if (returns_loss(cfg.type)) {
     // The model's own loss: name its terms (torchvision's loss_classifier, loss_box_reg, ...).
     nlohmann::ordered_json ev = {{"loss", value}, {"nonfinite_elements", loss.nonfinite}};
     if (!loss.nonfinite_terms.empty()) ev["nonfinite_terms"] = loss.nonfinite_terms;
     return Emitted{"loss-nonfinite", "loss",
-                   "the loss forward returned is " + format_number(loss.value) +
+                   std::string(cfg.type == LossType::Step ? "the loss your training step returned is " : "the loss forward returned is ") +
+                       format_number(loss.value) +
                        (loss.nonfinite_terms.empty() ? std::string() : " (not finite: " + join(loss.nonfinite_terms) + ")"),
                    ev, all_rows(n), n, ""};
   }

@@ -13,6 +13,7 @@
 #include "core/findings/error_text.h"
 #include "core/findings/findings.h"
 #include "core/pipeline/blame_stage.h"
+#include "core/pipeline/op_faults.h"
 #include "core/pipeline/classify.h"
 #include "core/pipeline/collate_stage.h"
 #include "core/pipeline/contract.h"
@@ -159,9 +160,17 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
   // The previous batch's post-forward stage ran during this forward: record it now,
   // before this batch's own post stage, so every id sees its batches in order.
   collect_pending();
+  // The loss ops inside the user's own step (loss.type "step"), checked where they ran.
+  const std::vector<Emitted> op_faults = op_fault_findings(fwd.faults, ctx.size());
+  apply(ctx, op_faults);
   if (!fwd.ok) {
-    forward_failed(ctx, fwd);
+    // Stopped before a loss op that would raise (or assert): its findings say why.
+    if (!fwd.stopped) forward_failed(ctx, fwd);
     end_step(step_end(ctx, false));
+    if (fwd.stopped) {
+      CurrentBatch current(backend_);
+      localize(ctx, op_faults, std::nullopt, current);
+    }
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());

@@ -145,7 +145,7 @@ TEST(ConfigErrors, ExactMessages) {
        R"(batchcheck: error: cfg.json: loss.type: unknown value "bce_logits"; did you mean "bce_with_logits"?)"},
       {with("loss", R"({"type": "hinge"})"),
        "batchcheck: error: cfg.json: loss.type: unknown value \"hinge\" (expected one of: bce, bce_with_logits, "
-       "cross_entropy, nll, mse, l1, smooth_l1, none, model, dice, dice_ce, jaccard, focal)"},
+       "cross_entropy, nll, mse, l1, smooth_l1, none, model, step, dice, dice_ce, jaccard, focal)"},
       {with("loss", R"({"reduction": "mean"})"), "batchcheck: error: cfg.json: loss.type: missing required key"},
       {with("checks", R"({"output_range": [1, 0]})"),
        "batchcheck: error: cfg.json: checks.output_range: low bound 1 is greater than high bound 0"},
