@@ -1,0 +1,283 @@
+"""The training steps users write, as pytorch/examples writes them (written by the team): a CNN
+with log_softmax + NLL, a VAE with BCE + KLD, a GAN discriminator step with labels made in the
+step, a siamese net with squeeze + BCE, a file-backed super-resolution Dataset with MSE, and
+torchvision's resnet18. Each is scanned through step= or loss= without wrappers and compared with
+its real loop on the same loader: the faults at the same batch and sample, no false alarm, and a
+first fix a reviewer would apply.
+
+Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import batchcheck
+
+
+def real_loop(model, loader, step):
+    """The training loop, going on past a failing batch: {batch: the error's first line}. No
+    optimizer step, as in the scan (the weights stay as they are)."""
+    model.train()
+    failed = {}
+    for k, batch in enumerate(loader):
+        try:
+            step(model, batch).backward()
+        except (RuntimeError, ValueError, IndexError) as e:
+            failed[k] = str(e).strip().splitlines()[0]
+        model.zero_grad(set_to_none=True)
+    return failed
+
+
+def errors(report):
+    """{finding id: [(batch, samples) of each occurrence]} of the error findings."""
+    out = {}
+    for f in report.findings:
+        if f.severity == "error":
+            out[f.id] = [(o["batch"], o["samples"]) for o in f.data["occurrences"]]
+    return out
+
+
+def first_fix(report, finding_id):
+    f = [f for f in report.findings if f.id == finding_id][0]
+    return f.fixes[0]["id"] if f.fixes else None
+
+
+class MnistNet(nn.Module):  # examples/mnist
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, 1)
+        self.conv2 = nn.Conv2d(8, 16, 3, 1)
+        self.dropout = nn.Dropout(0.25)
+        self.fc = nn.Linear(16 * 6 * 6, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        x = self.dropout(torch.flatten(F.max_pool2d(x, 2), 1))
+        return F.log_softmax(self.fc(x), dim=1)
+
+
+class VAE(nn.Module):  # examples/vae
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc21, self.fc22 = nn.Linear(784, 64), nn.Linear(64, 8), nn.Linear(64, 8)
+        self.fc3, self.fc4 = nn.Linear(8, 64), nn.Linear(64, 784)
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x.view(-1, 784)))
+        mu, logvar = self.fc21(h), self.fc22(h)
+        z = mu + torch.randn_like(logvar) * torch.exp(0.5 * logvar)
+        return torch.sigmoid(self.fc4(F.relu(self.fc3(z)))), mu, logvar
+
+
+def vae_step(model, batch):
+    x, _ = batch
+    recon, mu, logvar = model(x)
+    bce = F.binary_cross_entropy(recon, x.view(-1, 784), reduction="sum")
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return bce + kld
+
+
+NZ = 8
+
+
+class Generator(nn.Module):  # examples/dcgan, small
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.ConvTranspose2d(NZ, 16, 4, 1, 0, bias=False), nn.BatchNorm2d(16), nn.ReLU(True),
+                                  nn.ConvTranspose2d(16, 3, 4, 2, 1, bias=False), nn.Tanh())
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Conv2d(3, 16, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
+                                  nn.Conv2d(16, 1, 4, 1, 0, bias=False), nn.Sigmoid())
+
+    def forward(self, x):
+        return self.main(x)
+
+
+torch.manual_seed(0)
+netG = Generator()
+criterion = nn.BCELoss()
+
+
+def d_step(netD, batch):
+    real, _ = batch
+    b = real.size(0)
+    label = torch.full((b,), 1.0)
+    err_real = criterion(netD(real).view(-1), label)
+    fake = netG(torch.randn(b, NZ, 1, 1))
+    label_fake = torch.full((b,), 0.0)
+    err_fake = criterion(netD(fake.detach()).view(-1), label_fake)
+    return err_real + err_fake
+
+
+class Siamese(nn.Module):  # examples/siamese_network, small
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(16, 1)
+
+    def forward(self, a, b):
+        return torch.sigmoid(self.fc(torch.cat([self.enc(a), self.enc(b)], 1)))
+
+
+class PairsDataset(Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(1)
+        self.a, self.b = torch.rand(n, 1, 10, 10, generator=g), torch.rand(n, 1, 10, 10, generator=g)
+        self.y = torch.randint(0, 2, (n,), generator=g).float()
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.a[i], self.b[i], self.y[i]
+
+
+def siamese_step(model, batch):
+    a, b, y = batch
+    return criterion(model(a, b).squeeze(), y)
+
+
+class SuperResolution(Dataset):
+    """examples/super_resolution's shape: low-resolution input, high-resolution target, each read
+    from its own file as the Dataset is indexed."""
+
+    def __init__(self, folder):
+        self.files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".npy"))
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        hi = torch.from_numpy(np.load(self.files[i]))
+        return F.avg_pool2d(hi.unsqueeze(0), 2).squeeze(0), hi
+
+
+class SRNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(2)
+
+    def forward(self, x):
+        return self.shuffle(self.conv(x))
+
+
+class TestTrainingSteps(unittest.TestCase):
+    def test_cnn_with_log_softmax_and_nll(self):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(97, 1, 16, 16, generator=g), torch.randint(0, 10, (97,), generator=g)
+        y[37] = 10  # a label past the ten classes
+        loader = DataLoader(TensorDataset(x, y), batch_size=32)
+        torch.manual_seed(0)
+        model = MnistNet()
+        report = batchcheck.scan(model, loader, nn.NLLLoss(), quiet=True)
+        truth = real_loop(model, loader, lambda m, b: F.nll_loss(m(b[0]), b[1]))
+        self.assertEqual(sorted(truth), [1])
+        self.assertEqual(errors(report), {"target-out-of-range": [(1, [37])]}, report.text)
+        self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+
+    def test_vae_with_bce_and_kld(self):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(200, 1, 28, 28, generator=g), torch.randint(0, 10, (200,), generator=g)
+        x[77, 0, 3, 3] = 2.0  # a pixel past 1: BCE's target in this step
+        loader = DataLoader(TensorDataset(x, y), batch_size=32)
+        report = batchcheck.scan(VAE(), loader, step=vae_step, quiet=True)
+        truth = real_loop(VAE(), loader, vae_step)
+        self.assertEqual(sorted(truth), [2])
+        self.assertIn("target", truth[2])
+        self.assertEqual(errors(report), {"target-out-of-range": [(2, [77])]}, report.text)
+        f = report.errors()[0]
+        self.assertIn("in your step's aten::binary_cross_entropy", f.message)
+        self.assertIn("test_steps.py", f.message)  # the user's line
+        # The KL term ran too: a clean VAE passes, its loss summed over both terms.
+        x[77, 0, 3, 3] = 0.5
+        self.assertTrue(batchcheck.scan(VAE(), loader, step=vae_step, quiet=True).ok)
+        self.assertTrue(any("traced with the model" in n for n in report.data["notes"]), report.data["notes"])
+
+    def test_gan_discriminator_step_with_labels_made_in_the_step(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(100, 3, 8, 8, generator=g) * 2 - 1
+        x[41, 0, 2, 2] = float("nan")
+        loader = DataLoader(TensorDataset(x, torch.zeros(100)), batch_size=16, shuffle=True,
+                            generator=torch.Generator().manual_seed(3))
+        torch.manual_seed(0)
+        netD = Discriminator()
+        report = batchcheck.scan(netD, loader, step=d_step, quiet=True)
+        truth = real_loop(netD, loader, d_step)  # the epoch the scan replayed (its RNGs restored)
+        self.assertEqual(len(truth), 1, truth)
+        (batch, error), = truth.items()
+        self.assertIn("between 0 and 1", error)
+        found = errors(report)
+        self.assertEqual(found["input-nonfinite"], [(batch, [41])], report.text)
+        self.assertEqual(found["output-nonfinite"], [(batch, [41])], report.text)
+        self.assertEqual(set(found), {"input-nonfinite", "output-nonfinite"}, report.text)
+        nan = [f for f in report.findings if f.id == "output-nonfinite"][0]
+        self.assertIn("criterion (BCELoss)", nan.message)  # the module by the step's own name for it
+
+    def test_siamese_with_squeeze_and_bce(self):
+        loader = DataLoader(PairsDataset(33), batch_size=8)  # a last batch of one
+        report = batchcheck.scan(Siamese(), loader, step=siamese_step, quiet=True)
+        truth = real_loop(Siamese(), loader, siamese_step)
+        self.assertEqual(sorted(truth), [4])
+        self.assertIn("different to the input size", truth[4])
+        self.assertEqual(errors(report), {"shape-mismatch": [(4, [32])]}, report.text)
+        self.assertEqual(first_fix(report, "shape-mismatch"), "explicit-squeeze-dim")
+        # The batches that train are no alarm: loss= as a callable, the same step.
+        full = DataLoader(PairsDataset(32), batch_size=8)
+        ok = batchcheck.scan(Siamese(), full, loss=lambda out, y: criterion(out.squeeze(), y), quiet=True)
+        self.assertTrue(ok.ok, ok.text)
+
+    def test_file_backed_super_resolution_with_mse(self):
+        with tempfile.TemporaryDirectory() as d:
+            g = torch.Generator().manual_seed(0)
+            for i in range(20):
+                hi = torch.rand(1, 8, 8, generator=g)
+                if i == 13:
+                    hi[0, 4, 4] = float("nan")
+                np.save(os.path.join(d, "%03d.npy" % i), hi.numpy())
+            loader = DataLoader(SuperResolution(d), batch_size=4)
+            report = batchcheck.scan(SRNet(), loader, nn.MSELoss(), quiet=True)
+            truth_nan = [k for k, (lo, hi) in enumerate(loader) if torch.isnan(hi).any()]
+            self.assertEqual(truth_nan, [3])
+            found = errors(report)
+            self.assertEqual(found["target-nonfinite"], [(3, [13])], report.text)
+            self.assertEqual(found["input-nonfinite"], [(3, [13])], report.text)
+
+    def test_torchvision_resnet18_with_cross_entropy(self):
+        import torchvision
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(40, 3, 32, 32, generator=g), torch.randint(0, 10, (40,), generator=g)
+        y[5] = 255
+        loader = DataLoader(TensorDataset(x, y), batch_size=16)
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10)
+        report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), quiet=True)
+        truth = real_loop(model, loader, lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+        self.assertEqual(sorted(truth), [0])
+        self.assertEqual(errors(report), {"target-out-of-range": [(0, [5])]}, report.text)
+        self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+
+    def test_refusals_say_why(self):
+        loader = DataLoader(PairsDataset(8), batch_size=4)
+        with self.assertRaisesRegex(TypeError, "pass loss= or step=, not both"):
+            batchcheck.scan(Siamese(), loader, criterion, step=siamese_step)
+        with self.assertRaisesRegex(TypeError, "step is your training step"):
+            batchcheck.scan(Siamese(), loader, step="train")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])
