@@ -320,7 +320,9 @@ class StreamSource : public DataSource {
       const int64_t row = number("row");
       if (row < 0 || static_cast<uint64_t>(row) >= batch_size) throw InputError(display_, "", "a failing sample outside its batch: not batchcheck's protocol");
       s.row = static_cast<uint64_t>(row);
-      s.file = "dataset[" + std::to_string(number("index")) + "]";
+      s.dataset = true;
+      s.index = number("index");
+      s.file = text("file", "");  // as the exception or the Dataset named it: never opened here
       s.error = message;
       throw UnreadableError{{s}};
     }

@@ -296,6 +296,29 @@ def _recv(conn):
     return bytes(buf)
 
 
+def _file_of(dataset, i, error):
+    """The file sample i of the Dataset reads, where the exception names it (an OSError's
+    filename) or the Dataset keeps one path per sample (ImageFolder's samples, a list of files or
+    paths); None where neither shows it. Named for the user, never opened here."""
+    name = getattr(error, "filename", None)
+    if isinstance(name, (str, os.PathLike)):
+        return os.fspath(name)
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None
+    for attr in ("samples", "imgs", "files", "file_list", "filenames", "paths", "image_paths", "images"):
+        seq = getattr(dataset, attr, None)
+        if not isinstance(seq, (list, tuple)) or len(seq) != n:
+            continue
+        item = seq[i]
+        if isinstance(item, (tuple, list)) and item:
+            item = item[0]
+        if isinstance(item, (str, os.PathLike)):
+            return os.fspath(item)
+    return None
+
+
 class _Server:
     """Serves the loader's batches to the engine, in the order the engine asks for them: a batch
     of the epoch comes from the live loader iterator (the order it draws is recorded from the
@@ -419,17 +442,27 @@ class _Server:
         return got
 
     def first_batch(self):
-        got = self.next_live()
-        if got is None:
-            raise ValueError("batchcheck.scan: the loader yields no batch")
-        idx, batch = got
-        if isinstance(batch, Exception):
-            raise batch
-        if idx is not None:
-            self.delivered.add(tuple(idx))
-        self.window[tuple(idx) if idx is not None else None] = batch
-        self.first = batch
-        return batch
+        """The first batch that loads: its fields are the stream's. One that raised before it (a
+        corrupt file in batch 0) is kept for the engine, which reports it at its batch."""
+        failed = None
+        while True:
+            got = self.next_live()
+            if got is None:
+                if failed is not None:  # not one batch loads: nothing to learn the fields from
+                    raise failed
+                raise ValueError("batchcheck.scan: the loader yields no batch")
+            idx, batch = got
+            if idx is not None:
+                self.delivered.add(tuple(idx))
+            if isinstance(batch, Exception):
+                if idx is None:  # no record of its draw: it cannot be named
+                    raise batch
+                failed = failed or batch
+                self._keep(tuple(idx), batch)
+                continue
+            self._keep(tuple(idx) if idx is not None else None, batch)
+            self.first = batch
+            return batch
 
     def _keep(self, key, batch):
         self.window[key] = batch
@@ -480,7 +513,11 @@ class _Server:
             try:
                 ds[i]
             except Exception as d:
-                return {"error": "dataset", "row": row, "index": int(i), "message": "%s: %s" % (type(d).__name__, d)}
+                failure = {"error": "dataset", "row": row, "index": int(i), "message": "%s: %s" % (type(d).__name__, d)}
+                path = _file_of(ds, int(i), d)
+                if path:
+                    failure["file"] = path
+                return failure
         return {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
 
     def hello(self):

@@ -77,8 +77,8 @@ const Json* find(const Json& report, const std::string& id) {
 
 }  // namespace
 
-// A file name carrying a command substitution and quotes: the replace-file fix, run in a shell
-// as a user would paste it, opens that file and raises PIL's error; nothing else runs.
+// A file name carrying a command substitution and quotes: the replace-file fix, Python run as a
+// user would paste it, opens that file and raises PIL's error; nothing else runs.
 TEST(Hostile, FixCodeOnAHostileFileNameRunsOnlyTheFix) {
   if (!python_torch_available()) GTEST_SKIP() << python_missing_line("the fix's Python");
   const std::vector<std::string> names = {"$(touch PWNED)x.png", "it's `touch PWNED` \"$(touch PWNED)\".png",
@@ -98,10 +98,9 @@ TEST(Hostile, FixCodeOnAHostileFileNameRunsOnlyTheFix) {
       if (fix["id"] == "replace-file") code = fix["code"];
     }
     ASSERT_FALSE(code.empty()) << f->dump(1);
-    std::ofstream(dir.file("fix.sh")) << code << "\n";
-    // The fix's python3 is the one with PIL (torchvision's dependency).
-    const std::string bin = fs::path(python()).parent_path().string();
-    const auto run = run_command("cd " + dir.path().string() + " && PATH=" + bin + ":$PATH bash fix.sh 2>&1");
+    std::ofstream(dir.file("fix.py")) << code << "\n";
+    // Run by the Python with PIL (torchvision's dependency), where the user trains.
+    const auto run = run_command("cd " + dir.path().string() + " && " + python() + " fix.py 2>&1");
     EXPECT_NE(run.status, 0) << run.output;
     EXPECT_NE(run.output.find("cannot identify image file"), std::string::npos) << code << "\n" << run.output;
     EXPECT_NE(run.output.find("tree/a/"), std::string::npos) << run.output;  // it opened that file

@@ -257,6 +257,27 @@ class TestTrainingSteps(unittest.TestCase):
             self.assertEqual(found["target-nonfinite"], [(3, [13])], report.text)
             self.assertEqual(found["input-nonfinite"], [(3, [13])], report.text)
 
+    def test_a_corrupt_file_in_the_first_batch_is_a_finding_naming_the_file(self):
+        # Batch 0 is no different from batch 1 (scan() raised the loader's error before).
+        for bad in (1, 5):
+            with tempfile.TemporaryDirectory() as d:
+                g = torch.Generator().manual_seed(0)
+                for i in range(12):
+                    np.save(os.path.join(d, "%03d.npy" % i), torch.rand(1, 8, 8, generator=g).numpy())
+                path = os.path.join(d, "%03d.npy" % bad)
+                with open(path, "r+b") as f:
+                    f.truncate(100)  # the header survives, the pixels do not
+                loader = DataLoader(SuperResolution(d), batch_size=4)
+                report = batchcheck.scan(SRNet(), loader, nn.MSELoss(), quiet=True)
+                self.assertEqual(errors(report), {"sample-unreadable": [(bad // 4, [bad])]}, report.text)
+                f = report.errors()[0]
+                self.assertIn("dataset[%d] (%s)" % (bad, path), f.message)
+                fixes = {x["id"]: x["code"] for x in f.fixes}
+                # Python run where the user trains (no interpreter named), on the file itself.
+                self.assertEqual(fixes["replace-file"], "import numpy as np; np.load(\"%s\")  # raises the same error" % path)
+                self.assertIn("Subset(dataset", fixes["skip-unreadable"])
+                self.assertNotIn("ImageFolder", fixes["skip-unreadable"])
+
     def test_torchvision_resnet18_with_cross_entropy(self):
         import torchvision
         g = torch.Generator().manual_seed(0)

@@ -364,18 +364,48 @@ void attach_fixes(Finding& f, const FixContext& c) {
     }
     f.fixes.push_back(reproduce(f, c, false, false));
   } else if (id == "sample-unreadable") {
-    std::string first = "path/to/file";
     const auto& files = f.evidence.value("files", nlohmann::ordered_json::array());
-    if (!files.empty()) first = files.front().value("file", first);
-    f.fixes.push_back({"replace-file", "re-encode or remove the file (and check the copy that produced it)",
-                       // The path is a file name from the data: quoted for Python, then the code for the shell.
-                       "python3 -c " + shell_quote("from PIL import Image; Image.open(" + python_literal(first) + ").convert(\"RGB\")") +
-                           "  # raises the same error",
-                       "a removed file shifts every later sample's index", {}});
-    f.fixes.push_back({"skip-unreadable", "let ImageFolder skip files that do not open",
-                       "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
-                       "  # opens(p): Image.open(p).convert('RGB') inside try/except OSError",
-                       "opening every file once at start-up; skipped files are not trained on", {}});
+    const bool dataset = f.evidence.value("source", "") == "dataset";
+    std::string first;
+    int64_t index = -1;
+    if (!files.empty() && files.front().is_object()) {
+      first = files.front().value("file", "");
+      index = files.front().value("index", int64_t{-1});
+    }
+    if (!first.empty()) {
+      // Python, run where the user trains (no interpreter named); the path is a file name from
+      // the data: quoted for Python, never for a shell.
+      auto ends = [&first](const char* e) {
+        const std::string s(e);
+        return first.size() >= s.size() && first.compare(first.size() - s.size(), s.size(), s) == 0;
+      };
+      const bool image = !dataset || ends(".jpg") || ends(".jpeg") || ends(".png") || ends(".webp") || ends(".bmp") || ends(".JPEG");
+      const std::string open = ends(".npy")                  ? "import numpy as np; np.load(" + python_literal(first) + ")"
+                               : ends(".pt") || ends(".pth") ? "import torch; torch.load(" + python_literal(first) + ")"
+                               : image ? "from PIL import Image; Image.open(" + python_literal(first) + ").convert(\"RGB\")"
+                                       : "open(" + python_literal(first) + ", \"rb\").read()";
+      f.fixes.push_back({"replace-file", "re-encode or remove the file (and check the copy that produced it)",
+                         open + "  # raises the same error", "a removed file shifts every later sample's index", {}});
+    } else if (index >= 0) {
+      f.fixes.push_back({"replace-file", "find the sample's file in your Dataset and re-encode or remove it",
+                         "dataset[" + std::to_string(index) + "]  # raises the same error; its file is the one your Dataset reads there",
+                         "a removed file shifts every later sample's index", {}});
+    }
+    if (dataset) {
+      std::vector<int64_t> bad;
+      for (const auto& file : files) {
+        if (file.is_object() && file.value("index", int64_t{-1}) >= 0) bad.push_back(file.value("index", int64_t{-1}));
+      }
+      f.fixes.push_back({"skip-unreadable", "train on the other samples",
+                         "from torch.utils.data import Subset; bad = set(" + python_indices(bad) +
+                             "); dataset = Subset(dataset, [i for i in range(len(dataset)) if i not in bad])",
+                         "works on any Dataset; those samples are not trained on", {}});
+    } else {
+      f.fixes.push_back({"skip-unreadable", "let ImageFolder skip files that do not open",
+                         "ImageFolder(root, transform, is_valid_file=lambda p: p.lower().endswith(IMG_EXTENSIONS) and opens(p))"
+                         "  # opens(p): Image.open(p).convert('RGB') inside try/except OSError",
+                         "opening every file once at start-up; skipped files are not trained on", {}});
+    }
   } else if (id == "model-nonfinite") {
     f.fixes.push_back({"earlier-checkpoint", "load a checkpoint saved before the weights turned NaN",
                        "bad = [n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]",

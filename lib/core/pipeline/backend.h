@@ -73,8 +73,12 @@ struct CollateFailure {
 // from the dataset's __getitem__ at its batch, before the collate.
 struct UnreadableSample {
   uint64_t row = 0;   // in the batch
-  std::string file;   // as the user would find it (the root as written, then the relative path)
+  std::string file;   // as the user would find it (the root as written, then the relative path); "" where not known
   std::string error;  // why, in PIL's words where PIL has them
+  // A Dataset of the user's (batchcheck.scan()), not an image folder: its index, and its file
+  // only where the exception or the Dataset shows it.
+  bool dataset = false;
+  int64_t index = -1;
 };
 
 // Why a batch never reaches the model: the dataset raised (unreadable samples), or else the

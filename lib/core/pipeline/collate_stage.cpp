@@ -41,16 +41,26 @@ Emitted unreadable_finding(const std::vector<UnreadableSample>& samples) {
   e.stage = "load";
   std::vector<std::string> shown;
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  const bool dataset = !samples.empty() && samples.front().dataset;
   for (const auto& s : samples) {
-    if (shown.size() < 4) shown.push_back(s.file + " (" + s.error + ")");
-    files.push_back({{"file", s.file}, {"error", s.error}});
+    if (shown.size() < 4) {
+      shown.push_back(s.dataset ? "dataset[" + std::to_string(s.index) + "]" + (s.file.empty() ? " (its file is not known)" : " (" + s.file + ")") +
+                                      ": " + s.error
+                                : s.file + " (" + s.error + ")");
+    }
+    nlohmann::ordered_json entry = {{"file", s.file}, {"error", s.error}};  // "" where not known
+    if (s.dataset) entry["index"] = s.index;
+    files.push_back(entry);
     e.rows.push_back(s.row);
   }
-  if (samples.size() > shown.size()) shown.push_back("... (" + std::to_string(samples.size()) + " files)");
-  e.message = std::string(samples.size() == 1 ? "a sample's file cannot be loaded: " : "samples' files cannot be loaded: ") +
-              join(shown) + "; the DataLoader raises at this batch (PIL cannot open or decode " +
-              (samples.size() == 1 ? "it" : "them") + "), so training stops here";
+  if (samples.size() > shown.size()) shown.push_back("... (" + std::to_string(samples.size()) + (dataset ? " samples)" : " files)"));
+  e.message = dataset ? std::string(samples.size() == 1 ? "your Dataset cannot load a sample: " : "your Dataset cannot load samples: ") +
+                            join(shown) + "; the DataLoader raises at this batch, so training stops here"
+                      : std::string(samples.size() == 1 ? "a sample's file cannot be loaded: " : "samples' files cannot be loaded: ") +
+                            join(shown) + "; the DataLoader raises at this batch (PIL cannot open or decode " +
+                            (samples.size() == 1 ? "it" : "them") + "), so training stops here";
   e.evidence = {{"files", files}};
+  if (dataset) e.evidence["source"] = "dataset";
   e.total = samples.size();
   return e;
 }
