@@ -189,6 +189,13 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(sorted(truth), [1])
         self.assertEqual(errors(report), {"target-out-of-range": [(1, [37])]}, report.text)
         self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+        # The last batch of one ran clean through this model (no BatchNorm): information, and the
+        # gate the docs suggest passes on the clean data.
+        tail = [f for f in report.findings if f.id == "tail-batch-singleton"][0]
+        self.assertEqual(tail.severity, "info", tail.message)
+        y[37] = 3
+        clean = batchcheck.scan(model, loader, nn.NLLLoss(), fail_on="warning", quiet=True)
+        self.assertTrue(clean.ok, clean.text)
 
     def test_vae_with_bce_and_kld(self):
         g = torch.Generator().manual_seed(0)
@@ -200,6 +207,8 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(sorted(truth), [2])
         self.assertIn("target", truth[2])
         self.assertEqual(errors(report), {"target-out-of-range": [(2, [77])]}, report.text)
+        # A label of 2.0 is no 8-bit mask: no division by 255 first.
+        self.assertEqual(first_fix(report, "target-out-of-range"), "correct-targets")
         f = report.errors()[0]
         self.assertIn("in your step's aten::binary_cross_entropy", f.message)
         self.assertIn("test_steps.py", f.message)  # the user's line
@@ -227,6 +236,9 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(set(found), {"input-nonfinite", "output-nonfinite"}, report.text)
         nan = [f for f in report.findings if f.id == "output-nonfinite"][0]
         self.assertIn("criterion (BCELoss)", nan.message)  # the module by the step's own name for it
+        # Traced to the input: BCEWithLogitsLoss cannot remove a NaN from the data.
+        self.assertEqual(nan.data["root_cause"]["kind"], "input", nan.data)
+        self.assertEqual(first_fix(report, "output-nonfinite"), "clean-data")
 
     def test_siamese_with_squeeze_and_bce(self):
         loader = DataLoader(PairsDataset(33), batch_size=8)  # a last batch of one
@@ -291,6 +303,23 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(sorted(truth), [0])
         self.assertEqual(errors(report), {"target-out-of-range": [(0, [5])]}, report.text)
         self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+
+    def test_a_shuffled_loaders_tail_gets_drop_last(self):
+        # DataLoader(..., drop_last=True) is the standard fix with shuffle=True as without.
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(17, 6, generator=g), torch.randint(0, 3, (17,), generator=g)
+        bn = nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+        for shuffle in (False, True):
+            loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=shuffle, generator=torch.Generator().manual_seed(1))
+            report = batchcheck.scan(bn, loader, nn.CrossEntropyLoss(), quiet=True)
+            self.assertEqual(first_fix(report, "batchnorm-single-value"), "drop-last", (shuffle, report.text))
+            self.assertEqual(first_fix(report, "tail-batch-singleton"), "drop-last", (shuffle, report.text))
+            tail = [f for f in report.findings if f.id == "tail-batch-singleton"][0]
+            self.assertIn("17 = 2 x 8 + 1", tail.message)  # the arithmetic, as for a plain loader
+            self.assertNotIn("order.json", report.text)
+        partial = batchcheck.scan(nn.Linear(6, 3), DataLoader(TensorDataset(x[:15], y[:15]), batch_size=8, shuffle=True),
+                                  nn.CrossEntropyLoss(), quiet=True)
+        self.assertEqual(first_fix(partial, "tail-batch-partial"), "drop-last", partial.text)
 
     def test_refusals_say_why(self):
         loader = DataLoader(PairsDataset(8), batch_size=4)

@@ -216,8 +216,9 @@ std::vector<Finding> geometry_findings(const BatchPlan& plan, const std::vector<
 
   const uint64_t last = g.batches_per_rank - 1;
   const uint64_t tail = g.samples_per_rank % s.batch_size;
-  if (g.recorded()) recorded_findings(plan, ranks, out);
-  if (!g.recorded() && !s.drop_last && tail != 0 && s.batch_size > 1) {
+  // A recorded order of full batches but the last: its tail as for any loader (N = k x B + r).
+  if (g.recorded() && !g.recorded_uniform) recorded_findings(plan, ranks, out);
+  if ((!g.recorded() || g.recorded_uniform) && !s.drop_last && tail != 0 && s.batch_size > 1) {
     const bool single = tail == 1;
     Finding f = base(single ? "tail-batch-singleton" : "tail-batch-partial", ranks);
     f.batch = last;

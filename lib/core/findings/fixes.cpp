@@ -1,5 +1,7 @@
 #include "core/findings/fixes.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cctype>
 
@@ -98,7 +100,9 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
 // drop-last and batch-size-divisor, where they change something: never a fix that is
 // already applied or that drops nothing.
 void tail_fixes(Finding& f, const Geometry& g) {
-  if (g.recorded()) return;  // the recorded batch sampler decides the sizes, not batch_size/drop_last
+  // A batch sampler of the user's decides the sizes, not batch_size/drop_last (a shuffled
+  // loader's recorded order of full batches is no such sampler).
+  if (g.recorded() && !g.recorded_uniform) return;
   const uint64_t tail = g.spec.batch_size ? g.samples_per_rank % g.spec.batch_size : 0;
   if (!g.spec.drop_last && tail != 0) f.fixes.push_back(fix_drop_last(g));
   if (tail != 0 && g.samples_per_rank > 1) {
@@ -245,7 +249,14 @@ void attach_fixes(Finding& f, const FixContext& c) {
     maybe_tail();
     f.fixes.push_back(reproduce(f, c, true, false));
   } else if (id == "output-nonfinite" || id == "output-out-of-range") {
-    if (loss == LossType::Bce) {
+    // A NaN the model's input already held: no loss or clamp removes it from the data.
+    const bool from_input = id == "output-nonfinite" && f.root_cause.is_object() && f.root_cause.value("kind", "") == "input";
+    if (from_input) {
+      f.fixes.push_back({"clean-data", "remove or impute the samples with NaN/Inf: the prediction's NaN comes from the input",
+                         "np.isfinite(x.reshape(len(x), -1)).all(axis=1)  # keep mask",
+                         "fewer samples, or imputed values", {}});
+    }
+    if (loss == LossType::Bce && !from_input) {
       f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)",
                          "nn.BCEWithLogitsLoss()  # model returns logits",
                          "numerically stable; apply torch.sigmoid at inference", {}});
@@ -287,10 +298,17 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "target = target.clamp(min=0); target = target / target.sum(dim=1, keepdim=True)",
                          "changes the labels where they were not probabilities", {}});
     } else {
-      double mx = f.evidence.value("max", 0.0);
-      if (mx > 1 && mx <= 255) {
+      // Scaling by 255 is right only where the values say 8-bit (a 0/255 mask): a label of 2.0
+      // among 0/1 labels would become 0.008 and every 1.0 label 0.004.
+      const double mx = f.evidence.value("max", 0.0), mn = f.evidence.value("min", 0.0);
+      const bool eight_bit = mx >= 128 && mx <= 255 && mx == std::floor(mx) && mn >= 0;
+      if (eight_bit) {
         f.fixes.push_back({"scale-targets", "scale 0..255 masks to 0..1", "target = target / 255.0",
-                           "right when the masks are 8-bit images", {}});
+                           "right when the masks are 8-bit images (their largest value is " + format_number(mx) + ")", {}});
+      } else {
+        f.fixes.push_back({"correct-targets", "correct the targets of the samples named: the loss takes values in [0, 1]",
+                           "assert ((y >= 0) & (y <= 1)).all(), y[(y < 0) | (y > 1)]  # in your Dataset, per sample",
+                           "finds each such label where it is made; a label error is the data's, not the model's", {}});
       }
       f.fixes.push_back({"clamp-targets", "clamp targets into the allowed range", "target = target.clamp(0, 1)",
                          "hides label errors", {}});

@@ -115,6 +115,9 @@ void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
   }
   const bool probe = at && at->probe;
   if (at && !probe && at->batch && e.step < start_.replay_steps) series_.add(e.step, *at->batch, e.size, e.stats, worst);
+  if (at && !probe && at->batch) {
+    ran_clean_[{at->rank.value_or(0), *at->batch}] = e.forward_ok && !(worst && *worst >= Severity::Error);
+  }
   if (e.step == watermark_) {
     ++watermark_;  // in order, as most steps end
   } else {

@@ -117,6 +117,9 @@ class Aggregator : public ScanSink {
   std::optional<BatchShapes> first_, last_;
   uint64_t first_step_ = 0, last_step_ = 0;
   std::optional<StepInfo> localizing_;
+  // Replayed batches by (rank, batch): whether forward, the loss and backward ran without an
+  // error finding (a last batch of one that ran clean is information, not a warning).
+  std::map<std::pair<uint64_t, uint64_t>, bool> ran_clean_;
   std::map<std::string, unsigned> localized_;  // batches localized per finding id
   // A shard's scan: the committed journal, per step, for its partial report.
   std::vector<nlohmann::ordered_json> scratch_;

@@ -89,7 +89,24 @@ void Aggregator::finish_findings() {
   }
   const auto& bn = start_.model.batchnorm_modules;
   for (Finding f : start_.geometry) {
-    if (f.id == "tail-batch-singleton" && !bn.empty()) {
+    if (f.id == "tail-batch-singleton" && !f.occurrences.empty() && f.batch) {
+      // What the replay ran is no longer a risk: say that it ran. The warning stays for a
+      // batch of one the scan did not run (a rank, a --max-batches cut) or that failed.
+      bool all_clean = true;
+      for (const auto& o : f.occurrences) {
+        const auto it = ran_clean_.find({o.rank.value_or(0), o.batch.value_or(*f.batch)});
+        all_clean = all_clean && it != ran_clean_.end() && it->second;
+      }
+      if (all_clean && f.occurrences.size() == f.occurrences_total) {
+        f.severity = Severity::Info;
+        const std::string::size_type cut = f.message.find("; BatchNorm in train mode");
+        if (cut != std::string::npos) f.message.resize(cut);
+        f.message += std::string("; it ran through forward, the loss") + (start_.backward ? " and backward" : "") +
+                     " in this scan without an error";
+        f.evidence["ran_clean"] = true;
+      }
+    }
+    if (f.id == "tail-batch-singleton" && !bn.empty() && f.severity != Severity::Info) {
       f.message += "; the model has BatchNorm (" + bn.front() +
                    (bn.size() > 1 ? " and " + std::to_string(bn.size() - 1) + " more" : "") + ")";
     }

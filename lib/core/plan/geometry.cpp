@@ -113,6 +113,15 @@ Geometry compute_geometry(const LoaderSpec& spec) {
     }
     g.last_batch_size = g.batches_per_rank ? o.ranks.front().back().size() : 0;
     g.recorded_undelivered = spec.samples - distinct_samples(o, spec.samples);
+    g.recorded_uniform = g.recorded_undelivered == 0 && g.batches_per_rank > 0;
+    for (const auto& rank : o.ranks) {
+      for (std::size_t k = 0; k < rank.size() && g.recorded_uniform; ++k) {
+        const uint64_t size = rank[k].size();
+        g.recorded_uniform = k + 1 < rank.size() ? size == spec.batch_size : size >= 1 && size <= spec.batch_size;
+      }
+      g.recorded_uniform = g.recorded_uniform && rank.size() == o.ranks.front().size() &&
+                           (rank.empty() || rank.back().size() == o.ranks.front().back().size());
+    }
     const uint64_t k = spec.accumulation_steps;
     g.windows = ceil_div(g.batches_per_rank, k);
     g.last_window_batches = g.batches_per_rank == 0 ? 0 : (g.batches_per_rank % k == 0 ? k : g.batches_per_rank % k);

@@ -48,6 +48,10 @@ struct Geometry {
   uint64_t windows = 0;                  // accumulation windows per rank
   uint64_t last_window_batches = 0;      // micro-batches in the last window (K when full)
   uint64_t recorded_undelivered = 0;     // a recorded order: distinct samples in no batch of any rank
+  // A recorded order whose batches are batch_size but each rank's last (a shuffled loader's
+  // RandomSampler under batch_size): DataLoader's batch_size and drop_last decide its tail
+  // exactly as for an order batchcheck computes.
+  bool recorded_uniform = false;
 
   bool distributed() const { return spec.world_size > 1; }
   bool recorded() const { return spec.recorded != nullptr; }

@@ -98,6 +98,9 @@ TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
        J{{"max", 1.5}}, V{"normalize-soft-targets"}},
       {"bce 0..255 masks", seed, "target-out-of-range", 8, 2, Severity::Error, J{{"max", 255}},
        V{"scale-targets", "clamp-targets"}},
+      // A label of 2.0 among 0/1 labels is no 8-bit mask: dividing by 255 would turn every 1.0 into 0.004.
+      {"bce label 2.0", seed, "target-out-of-range", 8, 2, Severity::Error, J{{"max", 2}, {"min", 0}},
+       V{"correct-targets", "clamp-targets"}},
       {"int targets for bce", seed, "target-dtype", 8, 0, Severity::Error, {}, V{"cast-target"}},
       {"NaN input", seed, "input-nonfinite", 8, 5, Severity::Error, {}, V{"clean-data"}},
       {"NaN loss", seed, "loss-nonfinite", 8, 5, Severity::Error, {}, V{"reproduce"}},
@@ -113,6 +116,26 @@ TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
        J{{"field", "inputs"}, {"collate", "pad"}}, V{"same-trailing-dims", "reproduce"}},
   };
   for (const auto& c : cases) EXPECT_EQ(fix_ids(c), c.fixes) << c.name;
+}
+
+// A NaN prediction the localizer traced to the model's input: BCEWithLogitsLoss cannot remove a
+// NaN from the data; cleaning the data leads.
+TEST(Fixes, ANanPredictionFromTheInputLeadsWithCleaningTheData) {
+  const LoaderCase no_tail{1040, 8, 1, false};
+  Geometry g = geometry(no_tail);
+  Finding f;
+  f.id = "output-nonfinite";
+  f.severity = Severity::Error;
+  f.batch = 3;
+  f.evidence = {{"batch_size", 8}};
+  f.root_cause = {{"kind", "input"}, {"name", "x"}};
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::Bce;
+  attach_fixes(f, ctx);
+  ASSERT_FALSE(f.fixes.empty());
+  EXPECT_EQ(f.fixes[0].id, "clean-data");
+  for (const auto& fix : f.fixes) EXPECT_NE(fix.id, "bce-with-logits");
 }
 
 TEST(Fixes, PadCollateFixIsTheConfigBatchcheckThenChecks) {

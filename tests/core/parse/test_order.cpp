@@ -108,7 +108,13 @@ TEST(Order, GeometryAndBatchesComeFromTheRecord) {
   ASSERT_EQ(f2.size(), 1u);
   EXPECT_EQ(f2[0].id, "tail-batch-partial");
   EXPECT_EQ(f2[0].occurrences.size(), 2u);
-  EXPECT_EQ(f2[0].message, "the last batch (index 1) of the recorded order (order.json) holds 2 of 3 samples on ranks 0, 1");
+  // Full batches but the last (a shuffled loader's order): the tail as for any loader, with
+  // the arithmetic and DataLoader's own fixes.
+  EXPECT_TRUE(two.recorded_uniform);
+  EXPECT_FALSE(g.recorded_uniform);
+  EXPECT_EQ(f2[0].message, "the last batch (index 1) holds 2 of 3 samples on each of the 2 ranks (5 samples per rank): 5 = 1 x 3 + 2");
+  ASSERT_FALSE(f2[0].fixes.empty());
+  EXPECT_EQ(f2[0].fixes[0].id, "drop-last");
 }
 
 // Issue 29 (9): what a recorded order costs is bounded by the order, never by the dataset,
