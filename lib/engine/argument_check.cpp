@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <functional>
+#include <tuple>
+
 #include "engine/localize_sites.h"
 #include "engine/torch_util.h"
 
@@ -16,7 +19,7 @@ namespace jit = torch::jit;
 namespace {
 
 // What an op takes as indices, and where their bound comes from; or a loss with a range.
-enum class Kind { Embedding, ClassIndex, OneHot, Bce, BceLogits };
+enum class Kind { Embedding, ClassIndex, OneHot, Bce, BceLogits, Raise };
 
 std::optional<Kind> kind_of(const jit::Node* n) {
   const std::string op = n->kind().toQualString();
@@ -27,6 +30,8 @@ std::optional<Kind> kind_of(const jit::Node* n) {
   if (op == "aten::one_hot") return Kind::OneHot;
   if (op == "aten::binary_cross_entropy") return Kind::Bce;
   if (op == "aten::binary_cross_entropy_with_logits") return Kind::BceLogits;
+  // A raise of the model's Python (F.batch_norm's check of one value per channel): where it ran.
+  if (n->kind() == c10::prim::RaiseException) return Kind::Raise;
   return std::nullopt;
 }
 
@@ -40,6 +45,50 @@ std::string module_type(const jit::Node* n) {
     }
   }
   return type;
+}
+
+// The path of a module object in the graph ("layer4.0.bn1"): the chain of prim::GetAttr from
+// the graph's self; "" where the value is not reached that way.
+std::string object_path(const jit::Value* v) {
+  std::vector<std::string> names;
+  for (int guard = 0; v->node()->kind() == c10::prim::GetAttr && guard < 64; ++guard) {
+    names.push_back(v->node()->s(c10::attr::name));
+    v = v->node()->input(0);
+  }
+  if (v->node()->kind() != c10::prim::Param || names.empty()) return "";
+  std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) path += (path.empty() ? "" : ".") + *it;
+  return path;
+}
+
+// The module whose own Python a raise belongs to, and its class: an archive's graph keeps no
+// call stack for code inlined when it was compiled, but the raise's condition reads the
+// module's flags (F.batch_norm's `if training:` reads its BatchNorm's `training`).
+std::pair<std::string, std::string> raising_module(const jit::Node* raise) {
+  if (std::string m = module_path(raise); !m.empty()) return {m, module_type(raise)};
+  std::function<const jit::Value*(const jit::Value*, int)> attribute_owner = [&](const jit::Value* v, int depth) -> const jit::Value* {
+    const jit::Node* n = v->node();
+    // A flag of the module (`training`), not a tensor another module's output came from.
+    if (n->kind() == c10::prim::GetAttr && n->input(0)->type()->kind() == c10::TypeKind::ClassType &&
+        v->type()->kind() == c10::TypeKind::BoolType) {
+      return n->input(0);
+    }
+    if (depth == 0) return nullptr;
+    for (const jit::Value* in : n->inputs()) {
+      if (const jit::Value* owner = attribute_owner(in, depth - 1)) return owner;
+    }
+    return nullptr;
+  };
+  for (const jit::Node* p = raise; p; p = p->owningBlock() ? p->owningBlock()->owningNode() : nullptr) {
+    if (p->kind() != c10::prim::If || p->inputs().empty()) continue;
+    if (const jit::Value* owner = attribute_owner(p->input(0), 6)) {
+      std::string path = object_path(owner);
+      if (path.empty()) continue;
+      const auto cls = owner->type()->cast<c10::ClassType>();
+      return {path, cls && cls->name() ? cls->name()->name() : ""};
+    }
+  }
+  return {"", ""};
 }
 
 // The rows of a batch-first index tensor where `bad` holds (empty where it is not batch-first).
@@ -57,12 +106,15 @@ struct ArgumentCheck::Impl {
   struct Site {
     jit::Node* node = nullptr;
     Kind kind = Kind::Embedding;
+    std::string module, module_type;  // a raise's module, read from the graph (raising_module)
   };
   std::shared_ptr<jit::Graph> graph;
   std::unique_ptr<jit::Code> code;
   std::vector<Site> sites;
   uint64_t batch = 0;
   std::optional<OpFault> fault;
+  // The module whose Python raised last in this run ("" where none did).
+  std::string raised_module, raised_module_type;
   // A step's run (run_step): every fault, and whether one stopped forward.
   bool step = false;
   std::vector<OpFault>* faults = nullptr;
@@ -85,7 +137,9 @@ struct ArgumentCheck::Impl {
       for (jit::Value* v : n->inputs()) p->addInput(v);
       p->insertBefore(n);
       const std::size_t k = sites.size();
-      sites.push_back({n, *kind});
+      Site site{n, *kind, "", ""};
+      if (*kind == Kind::Raise) std::tie(site.module, site.module_type) = raising_module(n);
+      sites.push_back(std::move(site));
       p->setCallback([this, k](std::vector<c10::IValue>& stack) { on_site(k, stack); });
     }
   }
@@ -98,6 +152,11 @@ struct ArgumentCheck::Impl {
     const std::size_t base = stack.size() - n;
     const std::vector<c10::IValue> in(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end());
     stack.resize(base);
+    if (site.kind == Kind::Raise) {
+      raised_module = site.module;
+      raised_module_type = site.module_type;
+      return;
+    }
     if (step) {
       std::vector<OpFault> found;
       try {
@@ -218,7 +277,8 @@ struct ArgumentCheck::Impl {
         f.bound_name = "num_classes";
         break;
       case Kind::Bce:
-      case Kind::BceLogits: return std::nullopt;  // check_loss
+      case Kind::BceLogits:
+      case Kind::Raise: return std::nullopt;  // check_loss, on_site
     }
     if (at::isFloatingType(index.scalar_type()) || index.numel() == 0) return std::nullopt;
     const at::Tensor i = index.detach().to(at::kCPU).to(at::kLong);
@@ -244,6 +304,8 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   m.batch = batch;
   m.step = false;
   m.fault.reset();
+  m.raised_module.clear();
+  m.raised_module_type.clear();
   ArgumentRun r;
   try {
     at::NoGradGuard no_grad;
@@ -254,6 +316,10 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
     fill_error(r.result, e);
   }
   r.fault = m.fault;
+  if (!r.result.ok) {
+    r.raised_module = m.raised_module;
+    r.raised_module_type = m.raised_module_type;
+  }
   return r;
 }
 

@@ -757,6 +757,34 @@ def _trace_step(model, step, first, names, example, mode):
     return traced
 
 
+def _sampler_name(loader):
+    sampler = loader.batch_sampler if type(loader.batch_sampler).__name__ != "BatchSampler" else loader.sampler
+    return type(sampler).__name__
+
+
+def _source(model, loader, step):
+    """What the report is of, in the user's terms (its config is scan()'s own, gone afterwards)."""
+    what = type(model).__name__
+    if step is not None:
+        what = "%s (step %s)" % (what, getattr(step, "__name__", type(step).__name__))
+    return "batchcheck.scan(): %s on your DataLoader (%s, batch_size=%s%s)" % (
+        what, _sampler_name(loader), loader.batch_size, ", drop_last=True" if loader.drop_last else "")
+
+
+def _failure_reason(e):
+    """Why TorchScript refused the model, in one line with its place: TorchScript's errors put
+    the reason on a first line ending in a colon, then `File "x.py", line N` and the code."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    reason = lines[0].rstrip(":").strip() or type(e).__name__
+    for k, line in enumerate(lines[1:], 1):
+        if line.startswith("File \""):
+            code = lines[k + 1] if k + 1 < len(lines) and not lines[k + 1].startswith(("~", "File \"")) else ""
+            return "%s, at %s%s" % (reason, line, (": " + code) if code else "")
+    return reason
+
+
 def _engine_model(model, call, keywords, fields, x, pick, mode):
     """The model for the engine: traced through the keyword adapter (returning out[pick]), else
     scripted or traced; raises where neither works."""
@@ -876,7 +904,8 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     try:
         config = {"data": {"format": "stream", "path": server.path},
                   "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
-                  "loss": {"type": "step"} if step is not None else _export.loss_config(loss)}
+                  "loss": {"type": "step"} if step is not None else _export.loss_config(loss),
+                  "source": _source(model, loader, step)}
         if sequential:
             if loader.drop_last:
                 config["loader"]["drop_last"] = True
@@ -884,6 +913,7 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
             with open(os.path.join(server.dir, "order.json"), "w") as f:
                 json.dump({"samples": n, "ranks": [order]}, f)
             config["loader"]["order"] = os.path.join(server.dir, "order.json")
+            config["loader"]["order_name"] = "your DataLoader's order (%s)" % _sampler_name(loader)
         if aux:
             config["loss"]["aux"] = {str(k): float(w) for k, w in aux.items()}
         model_path = os.path.join(server.dir, "model.pt")
@@ -996,7 +1026,7 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
             except Exception as e:
                 if eager is False:
                     raise
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                reason = _failure_reason(e)
                 warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
                               "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
                               "checks, no checks of its weights, no root cause" % reason, stacklevel=2)

@@ -303,6 +303,17 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(sorted(truth), [0])
         self.assertEqual(errors(report), {"target-out-of-range": [(0, [5])]}, report.text)
         self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+        # A last batch of one: the BatchNorm layer whose check raises is named, not torch's functional.py.
+        y[5] = 3
+        tail = DataLoader(TensorDataset(x[:17], y[:17]), batch_size=8)
+        report = batchcheck.scan(model, tail, nn.CrossEntropyLoss(), quiet=True)
+        truth = real_loop(model, tail, lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+        self.assertEqual(sorted(truth), [2])
+        self.assertEqual(errors(report), {"batchnorm-single-value": [(2, [16])]}, report.text)
+        bn = report.errors()[0]
+        self.assertIn("BatchNorm layer4.0.bn1 (BatchNorm2d) saw one value per channel", bn.message)
+        self.assertEqual(bn.data["evidence"]["module"], "layer4.0.bn1")
+        self.assertEqual(first_fix(report, "batchnorm-single-value"), "drop-last")
 
     def test_a_shuffled_loaders_tail_gets_drop_last(self):
         # DataLoader(..., drop_last=True) is the standard fix with shuffle=True as without.
@@ -320,6 +331,31 @@ class TestTrainingSteps(unittest.TestCase):
         partial = batchcheck.scan(nn.Linear(6, 3), DataLoader(TensorDataset(x[:15], y[:15]), batch_size=8, shuffle=True),
                                   nn.CrossEntropyLoss(), quiet=True)
         self.assertEqual(first_fix(partial, "tail-batch-partial"), "drop-last", partial.text)
+
+    def test_words_name_the_users_objects(self):
+        # report.text names the model and the loader, not scan()'s temporary files.
+        g = torch.Generator().manual_seed(0)
+        loader = DataLoader(TensorDataset(torch.rand(20, 6, generator=g), torch.randint(0, 3, (20,), generator=g)),
+                            batch_size=8, shuffle=True)
+        report = batchcheck.scan(nn.Linear(6, 3), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertNotIn("/batchcheck-", report.text)
+        self.assertIn("batchcheck.scan(): Linear on your DataLoader (RandomSampler, batch_size=8)", report.text)
+        self.assertEqual(report.data["source"], "batchcheck.scan(): Linear on your DataLoader (RandomSampler, batch_size=8)")
+        self.assertIn("20 = 2 x 8 + 4", report.text)
+        # Why TorchScript refused a model: the reason and its place, not cut at the colon.
+        from batchcheck.api import _failure_reason
+
+        class Kwargs(nn.Module):
+            def forward(self, x, **kw):
+                return x
+        try:
+            torch.jit.script(Kwargs())
+            self.fail("scripted")
+        except Exception as e:
+            reason = _failure_reason(e)
+        self.assertIn("variable number of arguments", reason)
+        self.assertIn("test_steps.py\", line", reason)
+        self.assertIn("def forward(self, x, **kw):", reason)
 
     def test_refusals_say_why(self):
         loader = DataLoader(PairsDataset(8), batch_size=4)

@@ -463,10 +463,14 @@ namespace {
 
 Config config_from_json(const std::string& display_path, const json& root, const std::string& base_dir) {
   JsonObject top(display_path, "", root);
-  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync"});
+  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync", "source"});
 
   Config cfg;
   cfg.file = display_path;
+  if (const std::optional<std::string> source = top.string("source")) {
+    if (source->empty() || source->size() > 300) top.fail("source", "expected a description of 1 to 300 characters");
+    cfg.source = single_line(*source);
+  }
   parse_model(top.object("model"), base_dir, cfg.model);
   parse_data(top.object("data"), base_dir, cfg.data);
   if (cfg.model.format == ModelFormat::Eager && cfg.data.format != DataFormat::Stream) {

@@ -217,6 +217,9 @@ struct ChecksConfig {
 
 struct Config {
   std::string file;  // as the user named it
+  // What the scan is of, in the user's words, where the config is not theirs to name (it is
+  // batchcheck.scan()'s, in a folder gone when it returns): "Net on your DataLoader".
+  std::string source;
   std::string text;  // its bytes as parsed (a shard's part carries them: read once, never again)
   ModelConfig model;
   DataConfig data;

@@ -199,7 +199,7 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
   std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
-                                    "sampler_drop_last", "accumulation_steps", "collate", "order"};
+                                    "sampler_drop_last", "accumulation_steps", "collate", "order", "order_name"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
   for (const auto& k : kNoEffect) {
@@ -215,7 +215,10 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
     }
     if (order->empty()) l.fail("order", "expected a non-empty string");
     out.order_path = resolve_path(base, *order);
-    out.order = std::make_shared<const RecordedOrder>(load_order(*order, out.order_path));
+    // order_name: what the order is, where its file is not the user's (batchcheck.scan()'s).
+    const std::optional<std::string> name = l.string("order_name");
+    if (name && (name->empty() || name->size() > 200)) l.fail("order_name", "expected a name of 1 to 200 characters");
+    out.order = std::make_shared<const RecordedOrder>(load_order(name ? single_line(*name) : *order, out.order_path));
     out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
     // The configured batch size is the nominal one (what tail findings compare with).
     out.batch_size = l.uint("batch_size", 1).value_or(std::max<uint64_t>(1, out.order->largest_batch));

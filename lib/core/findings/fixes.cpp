@@ -44,15 +44,26 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
   const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
   const bool plain = !c.collate_pads && !c.collate_list;
   std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
-  const std::string samples = "[dataset[i] for i in " + python_indices(idx) + "]";
+  // A long list of indices is the fix's "indices", not the code's: the first few are shown.
+  constexpr std::size_t kInline = 16;
+  const std::string listed = python_indices(idx);
+  const bool inline_list = listed.rfind("range(", 0) == 0 || idx.size() <= kInline;
+  if (!inline_list) {
+    std::vector<int64_t> head(idx.begin(), idx.begin() + 8);
+    code += "idx = fix[\"indices\"]  # this fix's \"indices\": the batch's " + std::to_string(idx.size()) + " samples, [" +
+            join_ints(head) + ", ...]; ";
+  }
+  const std::string samples = "[dataset[i] for i in " + (inline_list ? listed : std::string("idx")) + "]";
   if (c.loss.type == LossType::Step) {
     // The user's own step on the batch as their loader makes it.
     code += std::string("batch = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); model.train(" +
             (c.mode == Mode::Train ? "True" : "False") + "); loss = step(model, batch)" + (with_backward ? "; loss.backward()" : "");
     const std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
                                       : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?"));
-    return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-            "needs your Dataset object as `dataset`, the model as `model` and your training step as `step`", {}};
+    Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+          "needs your Dataset object as `dataset`, the model as `model` and your training step as `step`", {}, {}};
+    if (!inline_list) r.indices = idx;
+    return r;
   }
   if (c.collate_list) {
     code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
@@ -90,11 +101,14 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
   std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
                               : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?")) +
                                     (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
-  return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-          std::string("needs your Dataset object as `dataset` and the model as `model`") +
-              (c.collate_pads ? " and your padding collate function as `collate_fn`" : "") +
-              (with_loss && is_region_loss(c.loss.type) ? ", and your loss object as `loss_fn`" : ""),
-          {}};
+  Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+        std::string("needs your Dataset object as `dataset` and the model as `model`") +
+            (c.collate_pads ? " and your padding collate function as `collate_fn`" : "") +
+            (with_loss && is_region_loss(c.loss.type) ? ", and your loss object as `loss_fn`" : "") +
+            (inline_list ? "" : "; `fix` is this fix (f.fixes in Python, the report's JSON)"),
+        {}, {}};
+  if (!inline_list) r.indices = idx;
+  return r;
 }
 
 // drop-last and batch-size-divisor, where they change something: never a fix that is

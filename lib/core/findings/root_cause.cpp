@@ -200,7 +200,9 @@ std::string root_cause_summary(const Localization& l, const std::vector<int64_t>
       if (!given.empty()) what += ", on " + given;
       if (l.inf_from) what += "; the Inf came from " + where_text(*l.inf_from);
     } else if (l.origin == "input") {
-      what = std::string("first ") + value + ": the model's input " + l.name + " already holds it (" +
+      // An argument named "input" would read "the model's input input".
+      const bool plain = l.name.empty() || l.name == "input" || l.name == "inputs";
+      what = std::string("first ") + value + ": the model's input " + (plain ? "" : l.name + " ") + "already holds it (" +
              plural(l.output.nan + l.output.pos_inf + l.output.neg_inf, "non-finite value") + ")";
     } else if (l.origin == "parameter") {
       what = std::string("first ") + value + ": the model's " + l.name + " holds it" +

@@ -102,9 +102,15 @@ void Aggregator::ended(const StepInfo* at, const StepEnd& e) {
     for (auto& r : it->second) {
       if (r.stage == "forward") {
         if (auto again = reclassify_forward_failure(r.id, r.evidence, r.count, largest_ok_batch(), start_.model.batchnorm_modules)) {
-          r.id = again->id;
-          r.message = again->message;
-          r.evidence = again->evidence;
+          if (again->id == r.id && r.id != "hardcoded-batch-size") {
+            // The same finding: its message (what the process that ran it added: the samples, the
+            // BatchNorm layer) stands; only the scan's largest batch is the whole scan's.
+            r.evidence = again->evidence;
+          } else {
+            r.id = again->id;
+            r.message = again->message;
+            r.evidence = again->evidence;
+          }
         }
       }
       commit(r);

@@ -165,6 +165,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   r["schema_version"] = 1;
   r["tool"] = {{"name", "batchcheck"}, {"version", BATCHCHECK_VERSION}, {"libtorch", start_.libtorch}};
   r["config"] = cfg_.file;
+  if (!cfg_.source.empty()) r["source"] = cfg_.source;
   r["complete"] = result.complete;
   if (end.stopped_at_error) r["stopped_at_first_error"] = true;  // --fail-fast
   r["verdict"] = result.failed ? "fail" : "pass";

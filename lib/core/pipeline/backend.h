@@ -133,6 +133,9 @@ struct ForwardResult {
 struct ArgumentRun {
   ForwardResult result;
   std::optional<OpFault> fault;
+  // The module whose own Python raised the error (F.batch_norm's check inside layer4.1.bn2),
+  // where a raise did; its class where known.
+  std::string raised_module, raised_module_type;
 };
 // loss.backward() on the current batch: an error, or the parameters whose gradients
 // are not finite.

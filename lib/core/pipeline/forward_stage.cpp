@@ -76,6 +76,14 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   return {id, "forward", msg, ev, all_rows(n), n, cuda_equivalent_of_forward_error(fwd.error)};
 }
 
+void name_raising_module(Emitted& e, const std::string& module, const std::string& type) {
+  e.evidence["module"] = module;
+  if (!type.empty()) e.evidence["module_type"] = type;
+  const std::string named = "BatchNorm " + module + (type.empty() ? "" : " (" + type + ")") + " saw";
+  const std::string::size_type at = e.message.find("BatchNorm saw");
+  if (at != std::string::npos) e.message.replace(at, std::string("BatchNorm saw").size(), named);
+}
+
 std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
                                                   uint64_t batch_size, uint64_t largest_ok_batch,
                                                   const std::vector<std::string>& batchnorm_modules) {

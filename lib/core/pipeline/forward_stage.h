@@ -29,6 +29,10 @@ Emitted out_of_memory_finding(const std::string& what, const std::string& error,
 // "export-batch-specialized" (about the program, a warning) unless training runs the program.
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
 
+// A BatchNorm error told with the layer whose check raised it ("BatchNorm layer4.1.bn2
+// (BatchNorm2d) saw one value per channel"): evidence "module", "module_type".
+void name_raising_module(Emitted& e, const std::string& module, const std::string& type);
+
 // A forward failure classified again with the whole scan's largest successful batch, which a
 // process that ran only some of the steps (--jobs, --shard) may not have seen: a shape error
 // at the tail is `hardcoded-batch-size` however the steps were dealt. nullopt: unchanged.

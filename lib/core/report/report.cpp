@@ -44,6 +44,7 @@ bool fails(Severity s, FailOn level) {
 nlohmann::ordered_json to_json(const Fix& f) {
   nlohmann::ordered_json j = {{"id", f.id}, {"title", f.title}, {"code", f.code}, {"tradeoff", f.tradeoff}};
   if (!f.batch_sizes.empty()) j["batch_sizes"] = f.batch_sizes;
+  if (!f.indices.empty()) j["indices"] = f.indices;
   return j;
 }
 

@@ -24,6 +24,7 @@ struct Fix {
   std::string code;
   std::string tradeoff;
   std::vector<uint64_t> batch_sizes;  // concrete sizes, for the batch-size fixes
+  std::vector<int64_t> indices = {};  // reproduce: the batch's samples, where too many to list in the code
 };
 
 // One batch (or one probe) where a finding occurred: its samples are never merged with

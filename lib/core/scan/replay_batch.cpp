@@ -81,6 +81,14 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   fc.trains_exported = cfg_.model.trains_exported;
   Emitted e = forward_failure(fwd, fc);
   if (e.id == "cuda-device-assert") device_lost_ = true;
+  if (e.id == "batchnorm-single-value" && blame_ && blamed_[e.id] < kBlamePerId) {
+    // The error points into torch's functional.py: the BatchNorm layer is where its check raised.
+    ++blamed_[e.id];
+    sink_.localizing(ctx.step);
+    if (std::optional<ArgumentRun> run = backend_.forward_arguments(device_lost_); run && !run->raised_module.empty()) {
+      name_raising_module(e, run->raised_module, run->raised_module_type);
+    }
+  }
   if (blame_ && blamable(e.id) && ctx.size() > 1 && blamed_[e.id] < kBlamePerId) {
     ++blamed_[e.id];
     // Which samples it follows: forwards on parts of the batch (on the CPU where the device is

@@ -97,7 +97,7 @@ std::string head_section(const Json& report) {
   const Json s = report.value("summary", Json::object());
   std::ostringstream o;
   o << "<header id=\"verdict\" class=\"verdict " << (verdict == "fail" ? "fail" : "pass") << "\"><h1>batchcheck: "
-    << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : h(verdict)) << "</h1><p><code>" << h(field_text(report, "config"))
+    << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : h(verdict)) << "</h1><p><code>" << h(scan_name(report))
     << "</code></p><p class=\"counts\"><span id=\"count-errors\">" << plural(count_of(s, "errors"), "error") << "</span><span>"
     << plural(count_of(s, "warnings"), "warning") << "</span><span>" << plural(count_of(s, "infos"), "info")
     << "</span>fails on " << h(field_text(report, "fail_on").empty() ? std::string("error") : field_text(report, "fail_on")) << "</p>";
@@ -249,7 +249,7 @@ std::string tail_sections(const Json& report) {
 std::string html_view(const nlohmann::ordered_json& report) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width,"
-    << "initial-scale=1\"><title>batchcheck: " << h(field_text(report, "verdict")) << " — " << h(field_text(report, "config"))
+    << "initial-scale=1\"><title>batchcheck: " << h(field_text(report, "verdict")) << " — " << h(scan_name(report))
     << "</title><style>" << kStyle << "</style></head><body data-rendered=\"no\">";
   o << head_section(report) << geometry_section(report);
   o << "<section id=\"plots\"><h2>Per batch</h2>" << plots_html(report) << "</section>";

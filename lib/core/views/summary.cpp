@@ -5,6 +5,7 @@
 
 #include "core/base/escape.h"
 #include "core/base/text.h"
+#include "core/views/view_text.h"
 
 // The human summary on stderr: a view of the report, like the JSON itself. Every string that
 // came from the model, the data or a file name goes through terminal_text/log_text: a terminal
@@ -15,7 +16,7 @@ std::string format_summary(const ScanResult& result) {
   const auto& r = result.report;
   std::ostringstream out;
   const auto& b = r["batches"];
-  out << "batchcheck: " << terminal_text(r["config"].get<std::string>()) << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
+  out << "batchcheck: " << terminal_text(scan_name(r)) << ": checked " << plural(b["checked"].get<uint64_t>(), "batch", "batches")
       << " on " << terminal_text(r["device"].get<std::string>()) << " (" << terminal_text(r["mode"].get<std::string>()) << " mode)"
       << (result.complete                               ? ""
           : r.value("stopped_at_first_error", false) ? ", STOPPED AT THE FIRST ERROR (--fail-fast)"

@@ -13,6 +13,11 @@ int fail_rank(const nlohmann::ordered_json& report) {
   return f == "never" ? 3 : std::max(0, severity_rank(f));
 }
 
+std::string scan_name(const nlohmann::ordered_json& report) {
+  if (report.is_object() && report.contains("source") && report["source"].is_string()) return field_text(report, "source");
+  return field_text(report, "config");
+}
+
 std::string field_text(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }

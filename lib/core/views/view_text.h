@@ -14,6 +14,9 @@ int severity_rank(const std::string& s);
 int fail_rank(const nlohmann::ordered_json& report);
 // `j[key]` when it is a string, else "".
 std::string field_text(const nlohmann::ordered_json& j, const char* key);
+// What a report is of: its "source" (batchcheck.scan()'s "Net on your DataLoader"), else its
+// config's path.
+std::string scan_name(const nlohmann::ordered_json& report);
 // `v` as compact JSON (`indent` as dump's); bytes that are not UTF-8 in its strings become
 // U+FFFD instead of the exception dump() throws (a report built in-process may hold them).
 std::string json_text(const nlohmann::ordered_json& v, int indent = -1);

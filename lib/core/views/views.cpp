@@ -78,7 +78,7 @@ std::string junit_view(const nlohmann::ordered_json& report) {
   uint64_t world = 1;
   if (report.contains("geometry") && report["geometry"].contains("world_size")) world = report["geometry"]["world_size"].get<uint64_t>();
   const int fails_at = fail_rank(report);
-  const std::string config = field_text(report, "config");
+  const std::string config = scan_name(report);
 
   // Per rank, per id: the findings, in report order.
   std::map<uint64_t, std::map<std::string, std::vector<const Json*>>> by_rank;
@@ -225,7 +225,7 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
   const std::string verdict = field_text(report, "verdict");
   std::ostringstream head;
   head << "## batchcheck: " << (verdict == "fail" ? "FAIL" : verdict == "pass" ? "pass" : md_text(verdict)) << " — "
-       << md_code(field_text(report, "config")) << "\n\n";
+       << md_code(scan_name(report)) << "\n\n";
   head << plural(s.value("errors", uint64_t{0}), "error") << ", " << plural(s.value("warnings", uint64_t{0}), "warning") << ", "
        << plural(s.value("infos", uint64_t{0}), "info");
   if (report.contains("batches") && report["batches"].contains("checked")) {

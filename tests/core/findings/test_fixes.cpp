@@ -194,6 +194,39 @@ TEST(Fixes, ReproduceUsesTheWholeFailingBatchTheModeAndTheLossOptions) {
   EXPECT_EQ(f.fixes.back().title, "reproduce it in Python on the same samples (batch 7)");
 }
 
+// A shuffled batch of 128: the code names the fix's "indices" and shows the first few, instead
+// of 128 numbers inline; the fix carries them all.
+TEST(Fixes, ReproduceOfALongShuffledBatchKeepsItsIndicesBesideTheCode) {
+  LoaderCase s{1041, 128, 1, false, LossType::CrossEntropy};
+  Geometry g = geometry(s);
+  Finding f;
+  f.id = "loss-nonfinite";
+  f.batch = 3;
+  f.evidence["batch_size"] = 128;
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::CrossEntropy;
+  for (int64_t i = 0; i < 128; ++i) ctx.batch_indices.push_back((i * 37) % 1041);
+  attach_fixes(f, ctx);
+  const Fix& r = f.fixes.back();
+  ASSERT_EQ(r.id, "reproduce");
+  EXPECT_EQ(r.code.rfind("from torch.utils.data import default_collate; idx = fix[\"indices\"]  # this fix's \"indices\": the "
+                         "batch's 128 samples, [0, 37, 74, 111, 148, 185, 222, 259, ...]; x, y = default_collate([dataset[i] for i in idx]); ",
+                         0),
+            0u)
+      << r.code;
+  EXPECT_EQ(r.indices, ctx.batch_indices);
+  EXPECT_NE(r.tradeoff.find("`fix` is this fix"), std::string::npos);
+  // A run of consecutive indices stays inline as a range.
+  ctx.batch_indices.clear();
+  for (int64_t i = 256; i < 384; ++i) ctx.batch_indices.push_back(i);
+  Finding g2 = f;
+  g2.fixes.clear();
+  attach_fixes(g2, ctx);
+  EXPECT_NE(g2.fixes.back().code.find("for i in range(256, 384)"), std::string::npos);
+  EXPECT_TRUE(g2.fixes.back().indices.empty());
+}
+
 // A region loss is the user's own object (MONAI's or smp's): the fixes name it so, and say
 // what its constructor takes.
 TEST(Fixes, RegionLossesNameTheUsersLossObject) {

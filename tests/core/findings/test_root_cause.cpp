@@ -142,6 +142,8 @@ TEST(RootCauseText, RangeInputsParametersAndNothing) {
   i.name = "x";
   i.output.pos_inf = 2;
   EXPECT_EQ(root_cause_summary(i, {}), "first Inf: the model's input x already holds it (2 non-finite values)");
+  i.name = "input";  // not "the model's input input"
+  EXPECT_EQ(root_cause_summary(i, {}), "first Inf: the model's input already holds it (2 non-finite values)");
 
   EXPECT_TRUE(root_cause_json(Localization{}, {}).is_null());
 }
