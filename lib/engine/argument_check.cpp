@@ -9,6 +9,7 @@
 #include <functional>
 #include <tuple>
 
+#include "core/base/text.h"
 #include "engine/localize_sites.h"
 #include "engine/torch_util.h"
 
@@ -19,7 +20,7 @@ namespace jit = torch::jit;
 namespace {
 
 // What an op takes as indices, and where their bound comes from; or a loss with a range.
-enum class Kind { Embedding, ClassIndex, OneHot, Bce, BceLogits, Raise };
+enum class Kind { Embedding, ClassIndex, OneHot, Bce, BceLogits, Raise, Shape };
 
 std::optional<Kind> kind_of(const jit::Node* n) {
   const std::string op = n->kind().toQualString();
@@ -32,6 +33,16 @@ std::optional<Kind> kind_of(const jit::Node* n) {
   if (op == "aten::binary_cross_entropy_with_logits") return Kind::BceLogits;
   // A raise of the model's Python (F.batch_norm's check of one value per channel): where it ran.
   if (n->kind() == c10::prim::RaiseException) return Kind::Raise;
+  // A traced view/reshape whose shape is a constant list: the trace may have frozen it.
+  if ((op == "aten::view" || op == "aten::reshape") && n->inputs().size() >= 2 && traced_op(n)) {
+    const jit::Node* list = n->input(1)->node();
+    bool constant = list->kind() == c10::prim::Constant;
+    if (list->kind() == c10::prim::ListConstruct) {
+      constant = true;
+      for (const jit::Value* v : list->inputs()) constant = constant && v->node()->kind() == c10::prim::Constant;
+    }
+    if (constant) return Kind::Shape;
+  }
   return std::nullopt;
 }
 
@@ -113,6 +124,7 @@ struct ArgumentCheck::Impl {
   std::vector<Site> sites;
   uint64_t batch = 0;
   std::optional<OpFault> fault;
+  std::optional<FrozenShape> last_shape;  // the last traced constant shape an op was given
   // The module whose Python raised last in this run ("" where none did).
   std::string raised_module, raised_module_type;
   // A step's run (run_step): every fault, and whether one stopped forward.
@@ -155,6 +167,14 @@ struct ArgumentCheck::Impl {
     if (site.kind == Kind::Raise) {
       raised_module = site.module;
       raised_module_type = site.module_type;
+      return;
+    }
+    if (site.kind == Kind::Shape) {
+      // The op runs next: where it raises, this is the shape it raised on.
+      last_shape.reset();
+      if (in.size() >= 2 && in[0].isTensor() && in[1].isIntList()) {
+        last_shape = FrozenShape{op_site(site.node), in[1].toIntVector(), in[0].toTensor().sizes().vec()};
+      }
       return;
     }
     if (step) {
@@ -278,7 +298,8 @@ struct ArgumentCheck::Impl {
         break;
       case Kind::Bce:
       case Kind::BceLogits:
-      case Kind::Raise: return std::nullopt;  // check_loss, on_site
+      case Kind::Raise:
+      case Kind::Shape: return std::nullopt;  // check_loss, on_site
     }
     if (at::isFloatingType(index.scalar_type()) || index.numel() == 0) return std::nullopt;
     const at::Tensor i = index.detach().to(at::kCPU).to(at::kLong);
@@ -306,6 +327,7 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   m.fault.reset();
   m.raised_module.clear();
   m.raised_module_type.clear();
+  m.last_shape.reset();
   ArgumentRun r;
   try {
     at::NoGradGuard no_grad;
@@ -319,6 +341,10 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   if (!r.result.ok) {
     r.raised_module = m.raised_module;
     r.raised_module_type = m.raised_module_type;
+    // The frozen shape is the error's when the error names it ("shape '[28, 1]' is invalid").
+    if (m.last_shape && r.result.error.find("shape '[" + join_ints(m.last_shape->shape, ", ") + "]'") != std::string::npos) {
+      r.frozen = m.last_shape;
+    }
   }
   return r;
 }

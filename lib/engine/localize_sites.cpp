@@ -59,6 +59,12 @@ static bool locate(const jit::SourceRange& serialized, OpSite& s) {
   return true;
 }
 
+bool traced_op(const jit::Node* n) {
+  auto original = n->sourceRange().findSourceRangeThatGenerated();
+  if (!original || !original->source()) return false;
+  return original->source()->text_str().str().find("): ") != std::string::npos;
+}
+
 std::string argument_name(const jit::Value* v) {
   std::string name = v->debugName();
   const auto dot = name.rfind('.');

@@ -13,6 +13,9 @@ namespace batchcheck {
 OpSite op_site(const torch::jit::Node* n);
 // The instance names of the calls an inlined node came through: "layer1.0.bn1".
 std::string module_path(const torch::jit::Node* n);
+// Whether the op was recorded by torch.jit.trace (its source is the tracer's Python stack), not
+// compiled from code: a constant it takes may be a size the trace froze.
+bool traced_op(const torch::jit::Node* n);
 // A graph input's debug name without the ".N" suffix TorchScript adds where it renamed one.
 std::string argument_name(const torch::jit::Value* v);
 

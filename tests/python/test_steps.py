@@ -7,10 +7,12 @@ first fix a reviewer would apply.
 
 Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
 """
+import contextlib
 import os
 import sys
 import tempfile
 import unittest
+import warnings
 
 import numpy as np
 import torch
@@ -19,6 +21,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import batchcheck
+
+
+@contextlib.contextmanager
+def warnings_off():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def real_loop(model, loader, step):
@@ -356,6 +365,42 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertIn("variable number of arguments", reason)
         self.assertIn("test_steps.py\", line", reason)
         self.assertIn("def forward(self, x, **kw):", reason)
+
+    def test_a_shape_the_trace_froze_is_the_traces_not_the_users(self):
+        # The user's code reads the batch size from the input; torch.jit.trace froze the example's 4.
+        import json
+        import subprocess
+
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 3)
+
+            def forward(self, x):
+                return self.fc(x).view(int(x.size(0)), -1).sum(1, keepdim=True)
+        with tempfile.TemporaryDirectory() as d:
+            torch.manual_seed(0)
+            eager = Head()
+            with warnings_off():
+                torch.jit.trace(eager, torch.rand(4, 3)).save(os.path.join(d, "m.pt"))
+            x = np.random.default_rng(0).random((10, 3), dtype=np.float32)
+            np.save(os.path.join(d, "x.npy"), x)
+            np.save(os.path.join(d, "y.npy"), np.zeros((10, 1), np.float32))
+            with open(os.path.join(d, "cfg.json"), "w") as f:
+                json.dump({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy", "targets": "y.npy"},
+                           "loader": {"batch_size": 4}, "loss": {"type": "mse"}}, f)
+            run = subprocess.run([os.environ["BATCHCHECK_BINARY"], "scan", os.path.join(d, "cfg.json"), "-q", "-o",
+                                  os.path.join(d, "r.json")], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stderr)  # a warning: the user's code is not at fault
+            report = json.load(open(os.path.join(d, "r.json")))
+            found = {f["id"]: f for f in report["findings"]}
+            self.assertNotIn("hardcoded-batch-size", found)
+            f = found["trace-frozen-shape"]
+            self.assertEqual((f["severity"], f["batch"], f["samples"]), ("warning", 2, [8, 9]))
+            self.assertIn("the trace froze the shape [4, -1] into aten::view", f["message"])
+            self.assertEqual(f["fixes"][0]["id"], "script-instead")
+            # The eager model runs on that batch of two.
+            self.assertEqual(eager(torch.from_numpy(x[8:])).shape, (2, 1))
 
     def test_refusals_say_why(self):
         loader = DataLoader(PairsDataset(8), batch_size=4)

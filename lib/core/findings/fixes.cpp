@@ -357,6 +357,14 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "with torch.autograd.detect_anomaly(): loss.backward()",
                        "slow: for debugging only", {}});
     f.fixes.push_back(reproduce(f, c, true, true));
+  } else if (id == "trace-frozen-shape") {
+    f.fixes.push_back({"script-instead", "script the model: its sizes then follow each batch",
+                       "torch.jit.script(model).save(path)", "needs code TorchScript can compile", {}});
+    f.fixes.push_back({"scan-eager", "scan the eager model on your own loader: no trace at all",
+                       "report = batchcheck.scan(model, loader, loss)  # scripts the model, or runs it eagerly where it cannot",
+                       "from Python, where your model and loader are", {}});
+    f.fixes.push_back(dynamic_batch_dim(g.spec.batch_size));  // where the code itself holds the literal
+    maybe_tail();
   } else if (id == "export-batch-specialized") {
     maybe_tail();  // the tail of one is what the program refuses: no re-export accepts it
   } else if (id == "export-shape-guard") {

@@ -129,8 +129,17 @@ struct ForwardResult {
 };
 
 
+// A shape a trace froze into its graph (the example batch's), which the failing op was given:
+// the traced model fails on other sizes where the eager model it came from runs.
+struct FrozenShape {
+  OpSite site;
+  std::vector<int64_t> shape;        // the constant the op was given ([28, 1])
+  std::vector<int64_t> input_shape;  // what it had to fit this batch
+};
+
 // The whole batch's forward once, through the argument check (engine/argument_check.h).
 struct ArgumentRun {
+  std::optional<FrozenShape> frozen;  // the failing op's shape was a traced constant
   ForwardResult result;
   std::optional<OpFault> fault;
   // The module whose own Python raised the error (F.batch_norm's check inside layer4.1.bn2),

@@ -1,5 +1,6 @@
 #include "core/pipeline/forward_stage.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/base/text.h"
@@ -76,6 +77,28 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   return {id, "forward", msg, ev, all_rows(n), n, cuda_equivalent_of_forward_error(fwd.error)};
 }
 
+Emitted frozen_shape_finding(const FrozenShape& frozen, const Emitted& failed, uint64_t batch_size) {
+  Emitted e = failed;
+  e.id = "trace-frozen-shape";
+  const std::string shape = "[" + join_ints(frozen.shape, ", ") + "]";
+  uint64_t values = 1;
+  for (int64_t d : frozen.input_shape) values *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  std::string at = frozen.site.op;
+  if (!frozen.site.file.empty()) at += " at File \"" + frozen.site.file + "\", line " + std::to_string(frozen.site.line);
+  e.message = "the trace froze the shape " + shape + " into " + at +
+              " (torch.jit.trace records the example batch's sizes as constants where the code reads them as Python "
+              "numbers): this batch's [" + join_ints(frozen.input_shape, ", ") + "] (" + std::to_string(values) +
+              " values, a batch of " + plural(batch_size, "sample") +
+              ") does not fit it, so the traced model fails here. The eager model it came from runs here where its code "
+              "reads the size from the input (int(x.size(0)), a shape a library computes); a literal size in the code "
+              "fails eagerly too";
+  e.evidence["frozen_shape"] = frozen.shape;
+  e.evidence["input_shape"] = frozen.input_shape;
+  e.evidence["op"] = frozen.site.op;
+  e.cuda.clear();
+  return e;
+}
+
 void name_raising_module(Emitted& e, const std::string& module, const std::string& type) {
   e.evidence["module"] = module;
   if (!type.empty()) e.evidence["module_type"] = type;
@@ -88,7 +111,10 @@ std::optional<Emitted> reclassify_forward_failure(const std::string& id, const n
                                                   uint64_t batch_size, uint64_t largest_ok_batch,
                                                   const std::vector<std::string>& batchnorm_modules) {
   // Only what forward_failure() made, and not the dtype's own message (its context is gone).
-  if (id == "export-shape-guard" || id == "export-batch-specialized" || !evidence.contains("error") || evidence.contains("cause")) return std::nullopt;
+  if (id == "export-shape-guard" || id == "export-batch-specialized" || id == "trace-frozen-shape" || !evidence.contains("error") ||
+      evidence.contains("cause")) {
+    return std::nullopt;
+  }
   if (evidence.value("largest_ok_batch_size", uint64_t{0}) == largest_ok_batch) return std::nullopt;
   ForwardResult fwd;
   fwd.error = evidence.at("error").get<std::string>();

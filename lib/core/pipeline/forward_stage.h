@@ -29,6 +29,11 @@ Emitted out_of_memory_finding(const std::string& what, const std::string& error,
 // "export-batch-specialized" (about the program, a warning) unless training runs the program.
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx);
 
+// trace-frozen-shape: a forward that failed on a shape a trace froze into its graph (the
+// failing op's constant shape, `frozen`) instead of the model's own code; `failed` is what
+// forward_failure made of it, whose evidence it keeps.
+Emitted frozen_shape_finding(const FrozenShape& frozen, const Emitted& failed, uint64_t batch_size);
+
 // A BatchNorm error told with the layer whose check raised it ("BatchNorm layer4.1.bn2
 // (BatchNorm2d) saw one value per channel"): evidence "module", "module_type".
 void name_raising_module(Emitted& e, const std::string& module, const std::string& type);

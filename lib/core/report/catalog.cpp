@@ -174,6 +174,13 @@ const std::vector<FindingInfo> kCatalog = {
      "still inferred from the shapes)",
      "torch.jit.trace after model.eval()",
      "trace-in-scan-mode, script-instead"},
+    {"trace-frozen-shape", Severity::Warning, "forward",
+     "a traced model fails on a shape the trace froze into its graph (the example batch's size as a constant), where "
+     "the eager model it came from computes it from the input",
+     "RuntimeError: shape '[28, 1]' is invalid for input of size 19 (only the traced model raises)",
+     "torch.jit.trace of code that turns a size into a Python number: int(x.size(0)), a shape read by transformers' "
+     "code, sequences of another length than the example's",
+     "script-instead, scan-eager"},
 };
 
 }  // namespace

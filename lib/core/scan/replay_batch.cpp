@@ -81,6 +81,27 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   fc.trains_exported = cfg_.model.trains_exported;
   Emitted e = forward_failure(fwd, fc);
   if (e.id == "cuda-device-assert") device_lost_ = true;
+  if (is_shape_error(fwd.error) && blame_) {
+    // A size a trace froze is the trace's, not the user's code: once seen, each failure that
+    // names the same shape is it; else the batch runs once more, reading what the op was given.
+    const auto names = [&fwd](const FrozenShape& f) {
+      return fwd.error.find("shape '[" + join_ints(f.shape, ", ") + "]'") != std::string::npos;
+    };
+    std::optional<FrozenShape> frozen;
+    if (frozen_ && names(*frozen_)) {
+      frozen = frozen_;
+      frozen->input_shape.clear();
+    } else if (blamed_["trace-frozen-shape"] < kBlamePerId) {
+      ++blamed_["trace-frozen-shape"];
+      sink_.localizing(ctx.step);
+      if (std::optional<ArgumentRun> run = backend_.forward_arguments(device_lost_); run && run->frozen) frozen = run->frozen;
+    }
+    if (frozen) {
+      if (!frozen->input_shape.empty()) frozen_ = frozen;
+      apply(ctx, {frozen_shape_finding(*frozen, e, ctx.size())});
+      return;
+    }
+  }
   if (e.id == "batchnorm-single-value" && blame_ && blamed_[e.id] < kBlamePerId) {
     // The error points into torch's functional.py: the BatchNorm layer is where its check raised.
     ++blamed_[e.id];

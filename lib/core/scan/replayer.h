@@ -103,6 +103,7 @@ class Replayer {
   std::map<std::string, unsigned> localized_;  // per finding id
   bool blame_ = true;  // search a failed forward's batch for its samples (checks.root_cause)
   std::map<std::string, unsigned> blamed_;  // batches searched per finding id
+  std::optional<FrozenShape> frozen_;        // a shape the trace froze, once a failure showed it
   std::unique_ptr<PendingPost> pending_;
   std::unique_ptr<Worker<PostResult>> worker_;
 };
