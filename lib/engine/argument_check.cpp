@@ -11,6 +11,7 @@
 
 #include "core/base/text.h"
 #include "engine/localize_sites.h"
+#include "engine/tensor_checks.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {
@@ -230,35 +231,36 @@ struct ArgumentCheck::Impl {
       return out;
     }
     for (int k = 0; k < 2; ++k) {
-      const at::Tensor t = in[k].toTensor().detach();
+      const at::Tensor& t = in[k].toTensor();
       if (!at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
       const bool ranged = !(logits && k == 0);
-      const at::Tensor finite = at::isfinite(t);
-      const at::Tensor bad_value = ranged ? finite.logical_and((t < 0).logical_or(t > 1)) : at::zeros_like(finite);
-      const at::Tensor bad = finite.logical_not().logical_or(bad_value);
-      const at::Tensor counts = at::stack({finite.logical_not().sum(), bad_value.sum()}).to(at::kCPU);
-      const int64_t nonfinite = counts[0].item<int64_t>(), outside = counts[1].item<int64_t>();
-      if (nonfinite == 0 && outside == 0) continue;
+      // One pass of the check kernel (NaN/Inf, the band, the rows), as every other check.
+      ValueRule rule;
+      if (ranged) {
+        rule.lo = 0.0;
+        rule.hi = 1.0;
+      }
+      const ValueStats v = check_tensor(for_kernel(t.detach()), rule);
+      if (v.ok()) continue;
       OpFault f;
       f.site = op_site(site.node);
       f.module_type = module_type(site.node);
       f.loss = logits ? "BCEWithLogitsLoss" : "BCELoss";
       f.what = k == 0 ? "input" : "target";
-      f.id = std::string(k == 0 ? "output" : "target") + (nonfinite ? "-nonfinite" : "-out-of-range");
+      f.nonfinite = v.nan + v.inf;
+      f.outside = v.below + v.above;
+      f.id = std::string(k == 0 ? "output" : "target") + (f.nonfinite ? "-nonfinite" : "-out-of-range");
       f.lo = 0;
       f.hi = 1;
-      f.nonfinite = static_cast<uint64_t>(nonfinite);
-      f.outside = static_cast<uint64_t>(outside);
       f.elements = static_cast<uint64_t>(t.numel());
-      if (nonfinite < t.numel()) {
-        const at::Tensor values = t.masked_select(finite).to(at::kDouble);
-        f.min = values.min().item<double>();
-        f.max = values.max().item<double>();
+      if (f.nonfinite < f.elements) {
+        f.min = v.min;
+        f.max = v.max;
       }
       // BCELoss raises on both (CUDA asserts); with logits a NaN or a target outside [0, 1]
       // computes a loss, a wrong one.
       f.fatal = !logits;
-      f.rows = bad_rows(bad, batch);
+      if (t.dim() > 0 && static_cast<uint64_t>(t.size(0)) == batch) f.rows = v.bad_rows;
       out.push_back(std::move(f));
     }
     return out;
