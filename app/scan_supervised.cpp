@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
@@ -17,12 +18,14 @@
 #include <exception>
 
 #include "core/base/errors.h"
+#include "core/base/info.h"
 #include "core/base/escape.h"
 #include "core/base/text.h"
 #include "core/journal/journal.h"
 #include "engine/scan_module.h"
 #include "scan_entry.h"
 #include "supervise/cuda_preload.h"
+#include "supervise/torch_match.h"
 #include "supervise/supervisor.h"
 
 namespace batchcheck {
@@ -50,6 +53,17 @@ ScanOutcome run_scan_entry(const ScanCommand& cmd, std::ostream& out, std::ostre
   if (opt.engine.empty()) throw std::runtime_error("cannot find the batchcheck executable (/proc/self/exe)");
   opt.args = {kEngineChildArg};
   opt.module = module_path();
+  // The LibTorch the engine would load is the one it was built for, or one line says so before
+  // it loads (another torch's libraries fail in the dynamic linker, or worse, later).
+  std::error_code ec;
+  if (std::filesystem::exists(opt.module, ec)) {
+    static const std::vector<std::string> kSystemDirs = {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+                                                         "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                                                         "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"};
+    const char* llp = std::getenv("LD_LIBRARY_PATH");
+    const std::string mismatch = torch_mismatch(find_engine_torch(opt.module, llp ? llp : "", kSystemDirs), libtorch_version());
+    if (!mismatch.empty()) throw InputError("", "", mismatch);
+  }
   // LibTorch's own log lines (glog in Debian's build, with its "Logging before
   // InitGoogleLogging()" banner; c10's in pip's) would break the one-line error contract: off
   // unless -v. The engine child inherits it (c10::initLogging); a user's own setting wins.

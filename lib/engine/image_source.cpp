@@ -6,6 +6,7 @@
 #include "core/base/errors.h"
 #include "engine/data_fields.h"
 #include "engine/data_source.h"
+#include "image/decode.h"
 #include "image/folder.h"
 #include "image/transform.h"
 
@@ -105,6 +106,15 @@ class ImageFolderSource : public DataSource {
 
 }  // namespace
 
-std::unique_ptr<DataSource> open_image_source(const Config& cfg) { return std::make_unique<ImageFolderSource>(cfg); }
+std::unique_ptr<DataSource> open_image_source(const Config& cfg) {
+  if (!image_decoders_built()) {
+    throw InputError(cfg.file, "data.format",
+                     "this batchcheck was built without its image reader (libjpeg and libpng were not found when it was "
+                     "built): install libjpeg-dev, libpng-dev and libwebp-dev and reinstall it (pip install --no-binary "
+                     "batchcheck batchcheck), or scan from Python, where your own Dataset decodes the images: "
+                     "batchcheck.scan(model, loader, loss)");
+  }
+  return std::make_unique<ImageFolderSource>(cfg);
+}
 
 }  // namespace batchcheck

@@ -292,6 +292,8 @@ bool starts(const uint8_t* data, std::size_t size, const char* magic, std::size_
 
 }  // namespace
 
+bool image_decoders_built() { return true; }
+
 bool webp_supported() {
 #ifdef BATCHCHECK_HAVE_WEBP
   return true;

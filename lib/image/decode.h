@@ -28,5 +28,7 @@ Decoded decode_image_file(const std::string& path);
 
 // Whether this build decodes WebP.
 bool webp_supported();
+// Whether this build has its image decoders at all (libjpeg and libpng were found).
+bool image_decoders_built();
 
 }  // namespace batchcheck

@@ -1,24 +1,55 @@
 #!/usr/bin/env bash
-# The pip package, as a user gets it: an sdist of the checkout, a wheel built from that sdist
-# (pip, scikit-build-core, CMake) against the torch of a fresh virtual environment with the CUDA
-# toolkit off PATH, the wheel installed there; then the `batchcheck` command, `python -m
-# batchcheck` and the Python package are used from that environment alone.
+# The pip package, as a user gets it: an sdist of the checkout; the prebuilt wheel made from that
+# sdist by scripts/wheel.sh (pip, scikit-build-core, CMake against the torch of a fresh virtual
+# environment, the CUDA toolkit off PATH; auditwheel) and checked (its tag, its torch pin, what it
+# bundles); then installed into a fresh venv that holds only torch, with no compiler on PATH, and
+# the `batchcheck` command, `python -m batchcheck` and the Python package used from there alone.
 #
 #   test_package.sh <source dir> <python with torch> <work dir> [<C++ compiler>]
 #
-# The fresh venv gets torch through a .pth file naming the build Python's site-packages (a copy
-# of torch and its CUDA libraries would be 5 GB per run); everything else it has, pip put there.
-# The wheel's objects come from ccache when the default build compiled the same sources.
+# The fresh venv holds torch and numpy as links to the build Python's copies, with their
+# dependencies alone (a copy would be 5 GB per run): nothing else of that site-packages, a
+# batchcheck installed there included. Links in its own site-packages, as pip would put them: the
+# engine finds LibTorch beside the package, as a user's does. The wheel's objects come from ccache when
+# the default build compiled the same sources.
 set -euo pipefail
 SRC=$1 PY=$2 WORK=$3 CXX_OF_THE_BUILD=${4:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
-rm -rf "$WORK" && mkdir -p "$WORK/dist" "$WORK/src"
-
+rm -rf "$WORK" && mkdir -p "$WORK/dist" "$WORK/src" "$WORK/no-compiler"
 "$PY" -m venv "$WORK/venv"
 V=$WORK/venv/bin
-site=$("$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-echo "$site" > "$("$V/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_torch_of_the_build.pth"
-"$V/python" -c 'import torch' || fail "the fresh venv cannot import torch through the .pth"
+site=$("$V/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+# torch, numpy and their dependencies, by links: the fresh venv's only packages.
+"$PY" - "$site" <<'PY'
+import importlib.metadata as md, os, sys
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+out, seen, stack = sys.argv[1], set(), [("torch", ""), ("numpy", "")]
+while stack:
+    name, extra = stack.pop()
+    try:
+        d = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    key = (d.metadata["Name"].lower().replace("_", "-"), extra)
+    if key in seen:
+        continue
+    seen.add(key)
+    for line in d.requires or []:
+        r = Requirement(line)
+        if r.marker is None or r.marker.evaluate(dict(default_environment(), extra=extra)):
+            stack += [(r.name, "")] + [(r.name, e) for e in r.extras]
+    for f in d.files or []:
+        top = f.parts[0]
+        src = os.path.join(str(d.locate_file("")), top)
+        dst = os.path.join(out, top)
+        if top.endswith(".pth") or top == ".." or os.path.lexists(dst) or not os.path.exists(src):
+            continue
+        os.symlink(src, dst)
+PY
+"$V/python" -c 'import torch, numpy' || fail "the fresh venv cannot import torch and numpy through the links"
+! "$V/python" -c 'import batchcheck' 2>/dev/null || fail "the fresh venv sees a batchcheck before installing one"
 "$V/pip" install -q --disable-pip-version-check build
 
 echo "== sdist" >&2
@@ -26,31 +57,46 @@ echo "== sdist" >&2
 sdist=$(ls "$WORK/dist"/batchcheck-*.tar.gz)
 tar tzf "$sdist" >"$WORK/sdist.txt"
 grep -q '/lib/engine/torch_backend.cpp$' "$WORK/sdist.txt" || fail "the sdist lacks the engine's sources"
+grep -q '/scripts/wheel.sh$' "$WORK/sdist.txt" || fail "the sdist lacks scripts/wheel.sh"
 ! grep -qE '^[^/]+/(tests|build[^/]*|bench-data)/' "$WORK/sdist.txt" || fail "the sdist carries tests or build trees"
 tar xzf "$sdist" -C "$WORK/src"
 unpacked=$(ls -d "$WORK/src"/batchcheck-*)
 
-echo "== wheel from the sdist, without the CUDA toolkit on PATH" >&2
+echo "== the prebuilt wheel from the sdist (scripts/wheel.sh), without the CUDA toolkit on PATH" >&2
 nocuda_path=$(tr ':' '\n' <<<"$PATH" | grep -v -i cuda | paste -sd: -)
-settings=(--config-settings=build-dir="$unpacked/build" --config-settings=cmake.define.BATCHCHECK_WERROR=ON)
 # The default build's compiler by the same name: GCC's precompiled headers differ by the driver's
 # name (c++ or x86_64-linux-gnu-g++), and so would every object ccache could share.
 if [[ -n $CXX_OF_THE_BUILD ]]; then export CXX=$CXX_OF_THE_BUILD; fi
-if command -v ccache >/dev/null 2>&1; then
-  settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache)")
-  export CCACHE_BASEDIR=$unpacked CCACHE_NOHASHDIR=1
-  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-fi
-env -u CUDA_HOME -u CUDA_PATH PATH="$nocuda_path" "$V/pip" wheel -q --disable-pip-version-check --no-deps \
-  -w "$WORK/dist" "${settings[@]}" "$unpacked" >"$WORK/wheel.log" 2>&1 || { tail -40 "$WORK/wheel.log" >&2; fail "pip wheel"; }
-wheel=$(ls "$WORK/dist"/batchcheck-*.whl)
+wheel=$(env -u CUDA_HOME -u CUDA_PATH PATH="$nocuda_path" BATCHCHECK_PYTHON="$V/python" \
+  WHEEL_BUILD_DIR="$unpacked/build-wheel" BATCHCHECK_WERROR=ON "$unpacked/scripts/wheel.sh" "$unpacked" "$WORK/dist" 2>"$WORK/wheel.log" | tail -1) || { tail -40 "$WORK/wheel.log" >&2; fail "scripts/wheel.sh"; }
+[[ $(basename "$wheel") =~ ^batchcheck-[0-9.]+-py3-none-manylinux_[0-9]+_[0-9]+_x86_64\.whl$ ]] || fail "the wheel is named $(basename "$wheel")"
 "$V/python" -m zipfile -l "$wheel" >"$WORK/wheel.txt"
 for f in batchcheck/_bin/batchcheck batchcheck/_bin/libbatchcheck_scan.so batchcheck/export.py batchcheck/_version.py; do
   grep -q "^$f " "$WORK/wheel.txt" || fail "the wheel lacks $f"
 done
+for lib in libjpeg libpng libwebp; do
+  grep -qE "^batchcheck\.libs/$lib[^ ]*\.so" "$WORK/wheel.txt" || fail "the wheel does not bundle $lib"
+done
+! grep -qE "(libtorch|libc10)[^ ]*\.so" "$WORK/wheel.txt" || fail "the wheel bundles torch's own libraries"
+torch_minor=$("$V/python" -c 'import torch; print(".".join(torch.__version__.split("+")[0].split(".")[:2]))')
+"$V/python" -m zipfile -e "$wheel" "$WORK/wheel-files" >/dev/null
+grep -qx "Requires-Dist: torch==$torch_minor.\*" "$WORK"/wheel-files/batchcheck-*.dist-info/METADATA ||
+  fail "the wheel does not require torch==$torch_minor.*"
+readelf -d "$WORK/wheel-files/batchcheck/_bin/libbatchcheck_scan.so" >"$WORK/wheel-dynamic.txt"
+grep -qE '(RUNPATH|RPATH).*\$ORIGIN/../../torch/lib' "$WORK/wheel-dynamic.txt" || fail "the engine does not look for LibTorch next to the package"
+! grep -q "$(dirname "$("$PY" -c 'import torch; print(torch.__file__)')")" "$WORK/wheel-dynamic.txt" ||
+  fail "the engine names this machine's torch: not right to publish"
 
-echo "== install the wheel into the fresh venv" >&2
-"$V/pip" install -q --disable-pip-version-check "$wheel"
+# No compiler anywhere on PATH: installing is unpacking.
+for c in gcc g++ cc c++ clang clang++ x86_64-linux-gnu-gcc x86_64-linux-gnu-g++; do
+  printf '#!/bin/sh\necho "test_package: %s was called: the wheel must install without a compiler" >&2\nexit 1\n' "$c" >"$WORK/no-compiler/$c"
+  chmod +x "$WORK/no-compiler/$c"
+done
+export PATH="$WORK/no-compiler:$PATH" CC=false CXX=false
+echo "== install the wheel into the fresh venv (torch only, no compiler)" >&2
+t0=$(date +%s.%N)
+"$V/pip" install -q --disable-pip-version-check --no-index "$wheel" || fail "pip install of the wheel"
+echo "   installed in $("$V/python" -c "import sys; print(round($(date +%s.%N) - $t0, 1))") s" >&2
 ver=$("$V/python" -c 'import batchcheck; print(batchcheck.__version__)')
 want=$(sed -nE 's/^project\(batchcheck VERSION ([0-9.]+).*/\1/p' "$SRC/CMakeLists.txt")
 [[ $ver == "$want" ]] || fail "batchcheck.__version__ is '$ver', CMakeLists.txt says '$want'"
@@ -60,7 +106,7 @@ out=$("$V/batchcheck" --version)
 out=$(cd "$WORK" && "$V/python" -m batchcheck --version)
 [[ $out == "batchcheck $want (LibTorch $torch_ver)" ]] || fail "python -m batchcheck --version printed '$out'"
 readelf -d "$("$V/python" -c 'import batchcheck, os; print(os.path.dirname(batchcheck.__file__))')/_bin/libbatchcheck_scan.so" >"$WORK/dynamic.txt"
-grep -q 'RUNPATH.*\$ORIGIN/../../torch/lib' "$WORK/dynamic.txt" || fail "the engine does not look for LibTorch next to the package"
+grep -qE '(RUNPATH|RPATH).*\$ORIGIN/../../torch/lib' "$WORK/dynamic.txt" || fail "the engine does not look for LibTorch next to the package"
 
 echo "== scan the bundled sample with the installed command (from another folder)" >&2
 set +e

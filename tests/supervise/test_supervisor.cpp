@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -22,6 +23,7 @@ using namespace batchcheck;
 using namespace batchcheck::test_util;
 
 extern char** environ;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -399,4 +401,34 @@ TEST(Supervisor, DeviceSideAssertsInARowStopTheScan) {
     noted |= n.get<std::string>().find("3 batches in a row crashed, timed out or lost the CUDA device") != std::string::npos;
   }
   EXPECT_TRUE(noted) << r.report["notes"].dump();
+}
+
+// Another torch than the engine was built for (a wheel for torch 2.15 in a torch 2.14
+// environment) is one line and exit 2 before LibTorch loads: never a dynamic linker error, a
+// crash or exit 3.
+TEST(Supervisor, AnotherTorchIsOneLineBeforeLoading) {
+  Workspace w("sup-torch");
+  plain_setup(w);
+  TempDir other("other-torch");
+  fs::create_directories(other.path() / "torch" / "lib");
+  std::ofstream(other.path() / "torch" / "version.py") << "__version__ = '2.14.1+cu128'\n";
+  std::ofstream(other.path() / "torch" / "lib" / "libtorch_cpu.so") << "not a library";
+  const std::string lib = (other.path() / "torch" / "lib").string();
+  BinaryRun r = run_binary(w, "", "LD_LIBRARY_PATH='" + lib + "'");
+  const std::string built = BATCHCHECK_TORCH_VERSION;
+  if (built.rfind("1.", 0) == 0) GTEST_SKIP() << "this build's LibTorch (" << built << ") is the system's: LD_LIBRARY_PATH may not lead it";
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("batchcheck: error: this batchcheck was built for torch " + built.substr(0, built.rfind('.')) +
+                            " and finds torch 2.14.1+cu128 in " + lib + ": pip install torch==",
+                        0),
+            0u)
+      << r.err;
+  // A second torch that is real: Debian's libtorch 1.13, where installed.
+  if (fs::exists("/usr/lib/x86_64-linux-gnu/libtorch_cpu.so")) {
+    BinaryRun deb = run_binary(w, "", "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(deb.code, 2) << deb.err;
+    EXPECT_NE(deb.err.find("and finds torch 1.13.0 in /usr/lib/x86_64-linux-gnu: "), std::string::npos) << deb.err;
+    EXPECT_EQ(line_count(deb.err), 1) << deb.err;
+  }
 }
