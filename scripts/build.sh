@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds batchcheck into ./build (./build-debian with BATCHCHECK_TORCH=debian), or
-# $BUILD_DIR. Extra args go to cmake. Which torch: see scripts/torch-env.sh.
+# $BUILD_DIR ($BUILD_TARGET: that target only). Extra args go to cmake. Which torch: see scripts/torch-env.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/torch-env.sh
@@ -26,5 +26,5 @@ if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
 else
   cmake -S . -B "$BUILD_DIR" "${BC_CMAKE_ARGS[@]}" "$@" >/dev/null
 fi
-# Two jobs: the torch translation units need ~1.5 GB each.
-cmake --build "$BUILD_DIR" -j "${JOBS:-2}"
+# Two jobs: the torch translation units need ~1.5 GB each. BUILD_TARGET builds one target only.
+cmake --build "$BUILD_DIR" -j "${JOBS:-2}" ${BUILD_TARGET:+--target "$BUILD_TARGET"}

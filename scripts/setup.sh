@@ -7,20 +7,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/torch-env.sh
 
+# BATCHCHECK_SETUP=demo (README command 1): what building and using batchcheck needs, not the
+# test suite's tools (GoogleTest, libxml2, a browser, clang, the real-library venv's extras).
+SETUP=${BATCHCHECK_SETUP:-all}
 PACKAGES=(
   cmake g++ make ninja-build ccache
   libcli11-dev libspdlog-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev
   libjpeg-dev libpng-dev libwebp-dev
-  libxml2-utils libxml2-dev
-  chromium-headless-shell fonts-dejavu-core
 )
+if [[ $SETUP != demo ]]; then
+  PACKAGES+=(libgtest-dev libbenchmark-dev libxml2-utils libxml2-dev chromium-headless-shell fonts-dejavu-core)
+fi
 case $BC_TORCH in
   debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;
   pip) PACKAGES+=(python3 python3-venv) ;;
 esac
 # clang builds the libFuzzer targets; optional for the rest.
-if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 ]]; then PACKAGES+=(clang); fi
+if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 && $SETUP != demo ]]; then PACKAGES+=(clang); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -50,9 +53,11 @@ fi
 want="torch==$BC_TORCH_PIN torchvision==$BC_TORCHVISION_PIN numpy==$BC_NUMPY_PIN"
 # The libraries users train with, for the suite's real-library cases (Lightning and Hugging Face
 # callbacks; timm, transformers, segmentation-models-pytorch and MONAI models): pure Python, and
-# pinned so that pip never moves the torch above.
-want+=" lightning==2.6.6 transformers==4.57.6 accelerate==1.16.0 timm==1.0.31"
-want+=" segmentation-models-pytorch==0.6.0 monai==1.6.1"
+# pinned so that pip never moves the torch above. Not for the demo.
+if [[ $SETUP != demo ]]; then
+  want+=" lightning==2.6.6 transformers==4.57.6 accelerate==1.16.0 timm==1.0.31"
+  want+=" segmentation-models-pytorch==0.6.0 monai==1.6.1"
+fi
 have_pins() {
   [[ -x "$BC_PYTHON" ]] && "$BC_PYTHON" - $want 2>/dev/null <<'PY'
 import sys

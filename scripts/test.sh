@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2 (what CI runs), in tiers that fit CI's budget on 2 cores:
-#   1. the default build (LibTorch of torch 2.15.0 from pip, build/): the whole suite;
+#   1. the default build (LibTorch of torch 2.15.0 from pip, build/): the whole suite; then README
+#      command 1 (scripts/demo.sh) and the package tests again, the two commands in order;
 #   2. Debian's libtorch-dev 1.13 under ASan (build-debian-asan/): the torch-free core and the
 #      parsers whole (core_tests, where memory bugs live), the engine's unit tests, and a small
 #      end-to-end subset through LibTorch 1.13;
@@ -53,6 +54,13 @@ if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then
   summary
   exit 0
 fi
+
+# The README's two commands in order on one machine: command 1 (the demo: its own build of the
+# samples, the wheel, a venv of its own), then command 2's package test again, which must find
+# nothing of the demo's install (it once saw the demo's batchcheck through the shared venv).
+stage "README command 1 (scripts/demo.sh), then command 2's package tests"
+scripts/demo.sh 2>&1 | tail -4 >&2
+(cd "${BUILD_DIR:-$BC_BUILD_DIR}" && ctest --output-on-failure -R '^Package\.') | tee -a "$LOG"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

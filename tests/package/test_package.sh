@@ -16,38 +16,8 @@ set -euo pipefail
 SRC=$1 PY=$2 WORK=$3 CXX_OF_THE_BUILD=${4:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK/dist" "$WORK/src" "$WORK/no-compiler"
-"$PY" -m venv "$WORK/venv"
+"$SRC/scripts/venv-with-torch.sh" "$WORK/venv" "$PY"
 V=$WORK/venv/bin
-site=$("$V/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-
-# torch, numpy and their dependencies, by links: the fresh venv's only packages.
-"$PY" - "$site" <<'PY'
-import importlib.metadata as md, os, sys
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-out, seen, stack = sys.argv[1], set(), [("torch", ""), ("numpy", "")]
-while stack:
-    name, extra = stack.pop()
-    try:
-        d = md.distribution(name)
-    except md.PackageNotFoundError:
-        continue
-    key = (d.metadata["Name"].lower().replace("_", "-"), extra)
-    if key in seen:
-        continue
-    seen.add(key)
-    for line in d.requires or []:
-        r = Requirement(line)
-        if r.marker is None or r.marker.evaluate(dict(default_environment(), extra=extra)):
-            stack += [(r.name, "")] + [(r.name, e) for e in r.extras]
-    for f in d.files or []:
-        top = f.parts[0]
-        src = os.path.join(str(d.locate_file("")), top)
-        dst = os.path.join(out, top)
-        if top.endswith(".pth") or top == ".." or os.path.lexists(dst) or not os.path.exists(src):
-            continue
-        os.symlink(src, dst)
-PY
 "$V/python" -c 'import torch, numpy' || fail "the fresh venv cannot import torch and numpy through the links"
 ! "$V/python" -c 'import batchcheck' 2>/dev/null || fail "the fresh venv sees a batchcheck before installing one"
 "$V/pip" install -q --disable-pip-version-check build
