@@ -6,7 +6,7 @@ the run starts.
     from batchcheck.export import export_scan       # or: write a scan to disk for the CLI
 """
 from batchcheck._cli import binary  # noqa: F401
-from batchcheck.api import Finding, Report, ScanFailed, scan  # noqa: F401
+from batchcheck.api import Finding, Occurrence, Report, ScanFailed, scan  # noqa: F401
 
 try:  # written into the package by its build (pyproject.toml), from CMakeLists.txt's version
     from batchcheck._version import __version__

@@ -6,7 +6,8 @@ on_train_begin, before the first step, stopping the run with the report.
 """
 from transformers import TrainerCallback
 
-from batchcheck.api import ScanFailed, gate
+from batchcheck.api import gate
+from batchcheck.report import ScanFailed
 
 __all__ = ["BatchCheckCallback"]
 

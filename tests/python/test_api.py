@@ -177,8 +177,8 @@ class TestScan(unittest.TestCase):
         # and waits for the stream's greeting: a slow preparation is waited for, not a failure.
         # Meanwhile the loader's batches are read ahead (here: all of them, with its workers): they
         # are served in the epoch's order, the findings at the batches the loop delivers them.
-        import batchcheck.api as api
-        prepare, read_ahead = api._engine_model, api._Server.read_ahead
+        from batchcheck import _session, _stream
+        prepare, read_ahead = _session._engine_model, _stream._Server.read_ahead
         drawn = []
 
         def slow(*a, **k):
@@ -188,14 +188,14 @@ class TestScan(unittest.TestCase):
         def counted(server):
             read_ahead(server)
             drawn.append((len(server.ahead), server.ahead_end))
-        api._engine_model, api._Server.read_ahead = slow, counted
+        _session._engine_model, _stream._Server.read_ahead = slow, counted
         try:
             torch.manual_seed(5)
             ds = Pairs(17, nan=[6, 11])
             loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
             report = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
         finally:
-            api._engine_model, api._Server.read_ahead = prepare, read_ahead
+            _session._engine_model, _stream._Server.read_ahead = prepare, read_ahead
         self.assertEqual(drawn, [(4, True)])  # the 4 after the first, then the end
         truth = {}
         for k, (x, _) in enumerate(real_epoch(loader)):
@@ -208,9 +208,9 @@ class TestScan(unittest.TestCase):
 
     def test_the_engine_starts_before_the_first_batch_and_again_for_other_fields(self):
         # It starts on the guess (inputs, targets); a batch of other fields ("labels") starts it again.
-        from batchcheck import api
+        from batchcheck import _session
         commands = []
-        engine = api._Engine
+        engine = _session._Engine
 
         class Seen(engine):
             def __init__(self, cmd, quiet):
@@ -221,14 +221,14 @@ class TestScan(unittest.TestCase):
         def as_dict(batch):
             x, y = collate_as_float(batch)
             return {"inputs": x, "labels": y}
-        api._Engine = Seen
+        _session._Engine = Seen
         try:
             kept = batchcheck.scan(Net(), DataLoader(Pairs(20, labels={13: 9}), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
             self.assertEqual(len(commands), 1)
             again = batchcheck.scan(Net(), DataLoader(Pairs(20, labels={13: 9}), batch_size=8, collate_fn=as_dict),
                                     nn.CrossEntropyLoss(), quiet=True)
         finally:
-            api._Engine = engine
+            _session._Engine = engine
         self.assertEqual(len(commands), 3)
         self.assertNotIn("targets", commands[1])
         self.assertEqual(commands[2]["targets"], "labels")
@@ -238,8 +238,8 @@ class TestScan(unittest.TestCase):
     def test_batches_read_ahead_are_served_from_the_loader_even_out_of_order(self):
         # --edges asks for the last batch second; it was read ahead already (the model's
         # preparation is slow): it must be the one the loader's workers made, not made again here.
-        import batchcheck.api as api
-        prepare = api._engine_model
+        from batchcheck import _session, _stream
+        prepare = _session._engine_model
 
         class Counted(Pairs):
             def __init__(self, *a, **k):
@@ -256,12 +256,12 @@ class TestScan(unittest.TestCase):
             time.sleep(1.5)
             return prepare(*a, **k)
         ds = Counted(120, nan=[117])  # 15 batches: the last is past the 4 pushed behind the first
-        api._engine_model = slow
+        _session._engine_model = slow
         try:
             report = batchcheck.scan(Net(), DataLoader(ds, batch_size=8, num_workers=2), nn.CrossEntropyLoss(), quiet=True,
                                      args=["--edges"])
         finally:
-            api._engine_model = prepare
+            _session._engine_model = prepare
         self.assertEqual([(f.id, f.batch, f.samples) for f in report.errors() if f.id == "input-nonfinite"], [("input-nonfinite", 14, [117])])
         self.assertEqual(ds.calls, 1)  # the probe's batch of one, nothing else (8 more: batch 14 made again here)
         # A live loader's stream runs as one job, whatever --jobs says.
@@ -270,12 +270,12 @@ class TestScan(unittest.TestCase):
         self.assertEqual(report.data["batches"]["checked"], 15, report.text)
         # Without workers nothing is read ahead (their Dataset would run beside the model's preparation).
         started = []
-        read_ahead = api._Server.read_ahead
-        api._Server.read_ahead = lambda server: started.append(1)
+        read_ahead = _stream._Server.read_ahead
+        _stream._Server.read_ahead = lambda server: started.append(1)
         try:
             batchcheck.scan(Net(), DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), quiet=True)
         finally:
-            api._Server.read_ahead = read_ahead
+            _stream._Server.read_ahead = read_ahead
         self.assertEqual(started, [])
 
     def test_their_collate_fn_raising_is_the_batch_collate_error(self):
@@ -306,15 +306,15 @@ class TestScan(unittest.TestCase):
         # call per sample: each batch must be exactly the one the loader yields, and the findings
         # where the real epoch (shuffled, its own generator) delivers them.
         from torch.utils.data import TensorDataset
-        from batchcheck import api
+        from batchcheck import _stream
         g = torch.Generator().manual_seed(0)
         x, y = torch.rand(100, 3, 8, 8, generator=g), torch.randint(0, 4, (100,), generator=g)
         x[37, 1, 2, 3] = float("nan")
         y[61] = 255
         loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(3))
-        self.assertIsNotNone(api._indexed_tensors(loader))
+        self.assertIsNotNone(_stream._indexed_tensors(loader))
         order = [list(b) for b in loader.batch_sampler]
-        server = api._Server(loader, order, "inputs", "targets")
+        server = _stream._Server(loader, order, "inputs", "targets")
         try:
             for idx in order:
                 want = torch.utils.data.default_collate([loader.dataset[i] for i in idx])
@@ -334,8 +334,8 @@ class TestScan(unittest.TestCase):
         # Any code of the user's in the batches is run, not bypassed.
         class Mine(TensorDataset):
             pass
-        self.assertIsNone(api._indexed_tensors(DataLoader(Mine(x, y), batch_size=16)))
-        self.assertIsNone(api._indexed_tensors(DataLoader(TensorDataset(x, y), batch_size=16, collate_fn=collate_as_float)))
+        self.assertIsNone(_stream._indexed_tensors(DataLoader(Mine(x, y), batch_size=16)))
+        self.assertIsNone(_stream._indexed_tensors(DataLoader(TensorDataset(x, y), batch_size=16, collate_fn=collate_as_float)))
 
     def test_tensor_dataset_goes_whole_through_memory_with_the_streams_verdicts(self):
         # Such a loader runs no code of the user's: its tensors go to the engine once (memfds), with
@@ -387,24 +387,24 @@ class TestScan(unittest.TestCase):
         # but any of them can be served at any time: the engine splits the epoch over its jobs,
         # each asking for its own batches. The findings stay where the real epoch has them.
         from torch.utils.data import TensorDataset
-        from batchcheck import _arrays, api
+        from batchcheck import _arrays, _session
         g = torch.Generator().manual_seed(4)
         x, y = torch.rand(120, 3, 64, 64, generator=g), torch.randint(0, 4, (120,), generator=g)  # 384 KiB a batch of 8
         x[37, 2, 5, 5] = float("nan")
         y[50] = 255
         loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(9))
         commands = []
-        engine = api._Engine
+        engine = _session._Engine
 
         class Seen(engine):
             def __init__(self, cmd, quiet):
                 commands.append(cmd)
                 super().__init__(cmd, quiet)
-        api._Engine = Seen
+        _session._Engine = Seen
         try:
             report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True, args=["--jobs", "2"])
         finally:
-            api._Engine = engine
+            _session._Engine = engine
         self.assertEqual(len(commands), 1)
         self.assertNotIn("/proc/", json.dumps(report.data))
         self.assertEqual(commands[0].count("--jobs"), 1)  # theirs (2): not held to one job

@@ -352,7 +352,7 @@ class TestTrainingSteps(unittest.TestCase):
         self.assertEqual(report.data["source"], "batchcheck.scan(): Linear on your DataLoader (RandomSampler, batch_size=8)")
         self.assertIn("20 = 2 x 8 + 4", report.text)
         # Why TorchScript refused a model: the reason and its place, not cut at the colon.
-        from batchcheck.api import _failure_reason
+        from batchcheck._prepare import _failure_reason
 
         class Kwargs(nn.Module):
             def forward(self, x, **kw):
@@ -401,6 +401,19 @@ class TestTrainingSteps(unittest.TestCase):
             self.assertEqual(f["fixes"][0]["id"], "script-instead")
             # The eager model runs on that batch of two.
             self.assertEqual(eager(torch.from_numpy(x[8:])).shape, (2, 1))
+
+    def test_a_finding_tells_every_batch_it_found(self):
+        # Class 255 in batches 0 and 3: the finding's own attributes say both, not only .data.
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(40, 6, generator=g), torch.randint(0, 3, (40,), generator=g)
+        y[2], y[30] = 255, 255
+        report = batchcheck.scan(nn.Linear(6, 3), DataLoader(TensorDataset(x, y), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+        f = [f for f in report.findings if f.id == "target-out-of-range"][0]
+        self.assertEqual(f.batches, [0, 3])
+        self.assertEqual(f.count, 2)
+        self.assertEqual([(o.rank, o.batch, o.samples, o.count) for o in f.occurrences], [(0, 0, [2], 1), (0, 3, [30], 1)])
+        self.assertIn("at batch 0 and 1 more (batches [0, 3])", repr(f))
+        self.assertIsInstance(f.occurrences[0], batchcheck.Occurrence)
 
     def test_refusals_say_why(self):
         loader = DataLoader(PairsDataset(8), batch_size=4)

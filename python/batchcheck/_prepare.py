@@ -1,0 +1,212 @@
+"""The model as the engine takes it: scripted, traced, through the keyword adapter, or run
+eagerly here where TorchScript can do neither; and the user's own training step (step=, or a
+loss given as any callable), traced together with the model."""
+import warnings
+
+import torch
+
+from batchcheck import export as _export
+
+
+class _Keywords(torch.nn.Module):
+    """forward(*tensors) calls model(**{name: tensor}) and returns the prediction (or the loss)
+    it selects: for a model that takes its batch as keywords (Hugging Face's model(**batch)),
+    whose parameters are not in the batch's order (GPT-2: forward(input_ids, past_key_values,
+    attention_mask, ..., labels)). The engine passes the fields positionally, in that order."""
+
+    def __init__(self, model, names, pick):
+        super().__init__()
+        self.model = model
+        self.names = list(names)
+        self.pick = pick
+
+    def forward(self, *args):
+        return _select(self.model(**dict(zip(self.names, args))), self.pick)
+
+
+def _select(out, pick):
+    """The prediction in what forward returned: out[pick] of a dict (a ModelOutput too), the
+    pick-th (an index) or first element of a tuple, else out itself."""
+    if isinstance(out, dict):
+        return out[pick]
+    if isinstance(out, (tuple, list)):
+        return out[pick if isinstance(pick, int) else 0]
+    return out
+
+
+class _EagerForward:
+    """The user's model run eagerly in this process (model.format "eager"), on a copy, so that the
+    scan moves none of their BatchNorm statistics: the prediction of a batch, selected as the
+    engine would (output=, "loss"/"logits" of a dict, the first of a tuple)."""
+
+    def __init__(self, model, names, keywords, pick, mode):
+        import copy
+        self.model = copy.deepcopy(model)
+        self.model.train(mode == "train")
+        self.names, self.keywords, self.pick = list(names), keywords, pick
+        params = list(self.model.parameters())
+        self.device = params[0].device if params else torch.device("cpu")
+
+    def __call__(self, fields):
+        given = dict(fields)
+        args = [given[n].to(self.device) for n in self.names]
+        with torch.no_grad():
+            out = _select(self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args), self.pick)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
+        return out
+
+
+def _keyword_names(model, names):
+    """True when forward takes `names` by keyword but not in this positional order."""
+    import inspect
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return False
+    params = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if params[:len(names)] == list(names):
+        return False
+    try:
+        sig.bind(**{n: None for n in names})
+    except TypeError:
+        return False
+    return True
+
+
+class _Step(torch.nn.Module):
+    """forward(*fields) is the user's training step on the batch those fields make: step(model,
+    batch) returns the loss. Traced together (torch.jit.trace), every op of the step is in the
+    graph the engine runs: the loss ops with their contracts, the labels a GAN makes in its step,
+    a VAE's KL term. Modules the step reaches besides the model (a GAN's generator, through the
+    step's closure or globals) are registered here, so that their weights are the graph's
+    parameters instead of constants."""
+
+    def __init__(self, model, step, rebuild, others):
+        super().__init__()
+        self.model = model
+        for name, m in others:  # by the names the step gives them: a report names "criterion (BCELoss)"
+            self.add_module(name, m)
+        self._step = step
+        self._rebuild = rebuild
+
+    def forward(self, *fields):
+        loss = self._step(self.model, self._rebuild(fields))
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError("batchcheck.scan: step(model, batch) returned %s, not the loss tensor" % type(loss).__name__)
+        return loss
+
+
+def _rebuilder(first, names):
+    """How the fields (in `names` order) make the batch again, in the structure the loader yields."""
+    if isinstance(first, torch.Tensor):
+        return lambda fields: fields[0]
+    if isinstance(first, dict):
+        return lambda fields: dict(zip(names, fields))
+    kind = list if isinstance(first, list) else tuple
+    return lambda fields: kind(fields)
+
+
+def _modules_reached(fn, model):
+    """(name, module) of the nn.Modules a step function reaches besides `model` and its
+    submodules: through its closure, its defaults and the globals it names (one level: what a
+    training loop's step uses), by the names it gives them."""
+    import inspect
+    seen = {id(m) for m in model.modules()}
+    found, names = [], {"model"}
+    fn = inspect.unwrap(fn)
+    values = []
+    if getattr(fn, "__self__", None) is not None:  # a bound method: its object's modules
+        values += list(vars(fn.__self__).items()) if hasattr(fn.__self__, "__dict__") else []
+        fn = fn.__func__
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a callable object: its attributes
+        values += list(vars(fn).items()) if hasattr(fn, "__dict__") else []
+    else:
+        values += [(n, c.cell_contents) for n, c in zip(code.co_freevars, fn.__closure__ or ()) if _cell_full(c)]
+        values += [("default", d) for d in fn.__defaults__ or ()]
+        glob = getattr(fn, "__globals__", {})
+        values += [(n, glob[n]) for n in code.co_names if n in glob]
+    for name, v in values:
+        if isinstance(v, torch.nn.Module) and id(v) not in seen:
+            seen.update(id(m) for m in v.modules())
+            name = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)) or "module"
+            while name in names or not name[0].isalpha():
+                name = "step_" + name
+            names.add(name)
+            found.append((name, v))
+    return found
+
+
+def _cell_full(cell):
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:  # an empty cell (a name bound later)
+        return False
+
+
+def _loss_step(loss, pick, target_key):
+    """A loss given as any callable (prediction, target) -> loss, as a step: the model on the
+    batch's inputs (a dict's by keyword), its prediction selected as output= says."""
+    def step(model, batch):
+        if isinstance(batch, dict):
+            target = batch[target_key]
+            out = model(**{k: v for k, v in batch.items() if k != target_key})
+        else:
+            *inputs, target = batch
+            out = model(*inputs)
+        return loss(_select(out, pick), target)
+    return step
+
+
+def _trace_step(model, step, first, names, example, mode):
+    """The step traced with the model on the first batch (its fields in `names` order), the
+    model's buffers and every RNG as they were before (the trace runs the step once)."""
+    from batchcheck.export import _quiet_jit
+    module = _Step(model, step, _rebuilder(first, names), _modules_reached(step, model))
+    params = list(module.parameters())
+    device = params[0].device if params else torch.device("cpu")
+    example = tuple(t.to(device) for t in example)
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    was_training = [(m, m.training) for m in module.modules()]
+    rng = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+    module.train(mode == "train")
+    try:
+        with _quiet_jit(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's warnings are about the step's Python, not the user's data
+            traced = torch.jit.trace(module, example, check_trace=False, strict=False)
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        for m, t in was_training:
+            m.training = t
+        torch.set_rng_state(rng[0])
+        if rng[1] is not None:
+            torch.cuda.set_rng_state_all(rng[1])
+    return traced
+
+
+def _failure_reason(e):
+    """Why TorchScript refused the model, in one line with its place: TorchScript's errors put
+    the reason on a first line ending in a colon, then `File "x.py", line N` and the code."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    reason = lines[0].rstrip(":").strip() or type(e).__name__
+    for k, line in enumerate(lines[1:], 1):
+        if line.startswith("File \""):
+            code = lines[k + 1] if k + 1 < len(lines) and not lines[k + 1].startswith(("~", "File \"")) else ""
+            return "%s, at %s%s" % (reason, line, (": " + code) if code else "")
+    return reason
+
+
+def _engine_model(model, call, keywords, fields, x, pick, mode):
+    """The model for the engine: traced through the keyword adapter (returning out[pick]), else
+    scripted or traced; raises where neither works."""
+    if keywords:
+        example = tuple(dict(fields)[name] for name in call)
+        return _export._trace(_Keywords(model, call, pick), example, mode)
+    scripted, _ = _export._script_or_trace(model, x, mode)
+    return scripted

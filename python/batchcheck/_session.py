@@ -1,0 +1,233 @@
+"""One scan of batchcheck.scan(): the engine's config and process, and what feeds it (the user's
+loader through the stream's server, or a TensorDataset's arrays), from the first batch to the
+report."""
+import json
+import os
+import threading
+import warnings
+
+from batchcheck import _arrays
+from batchcheck import export as _export
+from batchcheck._cli import binary
+from batchcheck._prepare import (_EagerForward, _engine_model, _failure_reason, _keyword_names, _trace_step)
+from batchcheck._stream import _Engine, _Server
+from batchcheck._wire import _fields
+from batchcheck.report import Report
+
+
+def _sampler_name(loader):
+    sampler = loader.batch_sampler if type(loader.batch_sampler).__name__ != "BatchSampler" else loader.sampler
+    return type(sampler).__name__
+
+
+def _source(model, loader, step):
+    """What the report is of, in the user's terms (its config is scan()'s own, gone afterwards)."""
+    what = type(model).__name__
+    if step is not None:
+        what = "%s (step %s)" % (what, getattr(step, "__name__", type(step).__name__))
+    return "batchcheck.scan(): %s on your DataLoader (%s, batch_size=%s%s)" % (
+        what, _sampler_name(loader), loader.batch_size, ", drop_last=True" if loader.drop_last else "")
+
+
+def _each(*steps):
+    """Runs every step in order, even where one raises; then raises the first exception."""
+    error = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:  # a KeyboardInterrupt in one must not skip putting the loader back
+            error = error or e
+    if error is not None:
+        raise error
+
+
+def _without_jobs(args):
+    """args without --jobs J / --jobs=J (a scan that must run as one job)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--jobs":
+            skip = True
+        elif not a.startswith("--jobs="):
+            out.append(a)
+    return out
+
+
+class Session:
+    """The scan of `loader` (its epoch's `order`) with the options of batchcheck.scan() (`o`)."""
+
+    def __init__(self, model, loader, order, sequential, o):
+        self.o, self.loader = o, loader
+        self.target_key, self.output = o.target_key, o.output
+        self.server = _Server(loader, order, o.input_key, o.target_key or "targets")
+        self.arrays = self.engine = self.guess = None
+        n = len(loader.dataset)
+        self.config = {"data": {"format": "stream", "path": self.server.path},
+                       "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
+                       "loss": {"type": "step"} if o.step is not None else _export.loss_config(o.loss),
+                       "source": _source(model, loader, o.step)}
+        if sequential:
+            if loader.drop_last:
+                self.config["loader"]["drop_last"] = True
+        else:
+            with open(os.path.join(self.server.dir, "order.json"), "w") as f:
+                json.dump({"samples": n, "ranks": [order]}, f)
+            self.config["loader"]["order"] = os.path.join(self.server.dir, "order.json")
+            self.config["loader"]["order_name"] = "your DataLoader's order (%s)" % _sampler_name(loader)
+        if o.aux:
+            self.config["loss"]["aux"] = {str(k): float(w) for k, w in o.aux.items()}
+        self.model_path = os.path.join(self.server.dir, "model.pt")
+        self.report_path = os.path.join(self.server.dir, "report.json")
+        self.cmd_tail = ["-o", self.report_path] + (["--fail-on", o.fail_on] if o.fail_on else []) + \
+            (["--device", o.device] if o.device else []) + list(o.args)
+        # A TensorDataset under default_collate goes to the engine whole, through memfds
+        # (_arrays.py), unless its forward must run here (eager): the stream serves that.
+        tensors = self.server.tensors
+        if o.eager is not True and tensors is not None and _arrays.plan(tensors, order, n):
+            try:
+                self.arrays = _arrays.Arrays(_fields(list(tensors), o.input_key, o.target_key or "targets"))
+            except OSError:  # memfd refused here (an old kernel, a seccomp profile): the stream
+                self.arrays = None
+        # The other batches of a TensorDataset stream too, but any of them can be served at any
+        # time (by indexing): the engine may split the epoch over jobs, each asking for its own
+        # batches (read one step ahead, as from files: no pushes, which follow one cursor).
+        self.random_access = self.arrays is None and tensors is not None and o.eager is not True and \
+            _arrays.batch_bytes(tensors, order) >= _arrays.PER_BATCH
+
+    def engine_config(self, eager_model, names, target_key, output):
+        """The config for the batch's fields (names)."""
+        o = self.o
+        inputs = [name for name in names if name != target_key or o.step is not None]  # a step takes them all
+        m = {"mode": o.mode}
+        if o.step is not None:
+            m["inputs"] = inputs
+            output = None
+        elif names != [o.input_key, target_key] and names != [o.input_key]:
+            m["inputs"] = inputs
+        if eager_model:
+            m["format"] = "eager"
+        else:
+            m["path"] = self.model_path
+            if output is not None:
+                m["output"] = output
+            if self.arrays is not None and self.server.libraries:  # the stream's greeting names them otherwise
+                m["libraries"] = self.server.libraries
+        if self.arrays is not None and not eager_model:
+            data = self.arrays.data_config(inputs, target_key if target_key in names else None)
+        else:
+            data = dict(self.config["data"])
+            if target_key != "targets" and target_key in names:
+                data["targets"] = target_key
+        return dict(self.config, data=data, model=m)
+
+    def launch(self, cfg):
+        cfg_path = os.path.join(self.server.dir, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        # Arrays and a random-access stream are split over the cores as the command splits its
+        # data; a live loader's stream is served to one job, in its order.
+        whole = cfg["data"]["format"] == "npy"
+        split = whole or (self.random_access and cfg["model"].get("format") != "eager")
+        self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
+        tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
+        self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet)
+
+    def relaunch(self, cfg):
+        if self.engine is not None:
+            self.engine.stop()
+        self.launch(cfg)
+
+    def first_batch(self):
+        """The engine of a stream starts now, before the first batch (the loader's workers start
+        meanwhile), on the guess that it is (inputs, targets) or a tensor: it loads LibTorch, then
+        waits for the stream's greeting (served once the model is saved) before it loads the
+        model. The engine of arrays reads the model at once: it starts once the model is saved."""
+        o, server = self.o, self.server
+        if self.arrays is None:
+            key = o.target_key or "targets"
+            self.guess = self.engine_config(o.eager is True, [o.input_key, key], key, self.output)
+            self.launch(self.guess)
+        server.start_live()  # after the engine's start: a loader's workers take a while to start too
+        first = server.first_batch()
+        # Only with workers: without, their Dataset would run in a thread beside the model's
+        # preparation, and a transform drawing from torch's global RNG would race a trace for it.
+        if server.live is not None and server.unpatch is not None and self.loader.num_workers > 0:
+            threading.Thread(target=server.read_ahead, daemon=True).start()
+        return first
+
+    def prepare_model(self, model, first):
+        """The batch's fields decide what forward is called with; the model is then saved as the
+        engine takes it (the step traced with it, scripted, traced) or runs eagerly here."""
+        o, server = self.o, self.server
+        if self.target_key is None:
+            self.target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
+            server.target_key = self.target_key
+        target_key = self.target_key
+        fields = _fields(first, o.input_key, target_key)
+        xs = [t for name, t in fields if name != target_key]
+        x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
+        call = [name for name, _ in fields if name != target_key]
+        if o.loss == "model" and target_key in dict(fields):
+            call.append(target_key)  # forward computes its loss from them
+        keywords = isinstance(first, dict) and _keyword_names(model, call)
+        # What the keyword adapter (or the eager forward) selects from forward's output.
+        pick = self.output if self.output is not None else ("loss" if o.loss == "model" else "logits")
+        if keywords:
+            self.output = None  # the adapter returns the prediction itself
+        names = [name for name, _ in fields]
+        if self.guess is not None:
+            real = self.engine_config(o.eager is True, names, target_key, self.output)
+            if real != self.guess:
+                self.relaunch(real)
+        scripted = None
+        if o.step is not None:
+            # The step's own errors are the user's to see (a step that does not run at all).
+            scripted = _trace_step(model, o.step, first, names, tuple(t for _, t in fields), o.mode)
+            scripted.save(self.model_path)
+        elif o.eager is not True:
+            try:
+                scripted = _engine_model(model, call, keywords, fields, x, pick, o.mode)
+                try:
+                    scripted.save(self.model_path)
+                except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
+                    if keywords:  # the adapter's trace itself: no other way but eager
+                        raise
+                    scripted = _export._trace(model, x, o.mode)
+                    scripted.save(self.model_path)
+            except Exception as e:
+                if o.eager is False:
+                    raise
+                warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
+                              "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
+                              "checks, no checks of its weights, no root cause" % _failure_reason(e), stacklevel=3)
+                if o.aux:
+                    raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
+                                    "prediction only") from e
+                scripted = None
+                if self.arrays is not None:  # the forward runs here: batches go through the stream
+                    self.arrays.close()
+                    self.arrays = None
+                self.relaunch(self.engine_config(True, names, target_key, self.output))
+        if scripted is None:
+            server.forward = _EagerForward(model, call, keywords, pick, o.mode)
+        else:
+            server.libraries = _export._operator_libraries(scripted)
+            if self.engine is None:
+                self.launch(self.engine_config(False, names, target_key, self.output))
+
+    def report(self):
+        """Serves the engine until it ends; its report."""
+        self.server.thread.start()
+        code, text = self.engine.wait()
+        if self.server.error is not None and not isinstance(self.server.error, OSError):
+            raise self.server.error
+        if not os.path.exists(self.report_path):
+            raise RuntimeError("batchcheck.scan: the engine wrote no report (exit %d):\n%s" % (code, text))
+        with open(self.report_path) as f:
+            data = json.load(f)
+        return Report(data, text, code)
+
+    def close(self):
+        _each(lambda: self.engine is not None and self.engine.stop(), self.server.close,
+              lambda: self.arrays is not None and self.arrays.close())

@@ -1,0 +1,374 @@
+"""The stream of a scan: the user's loader served batch by batch to the engine's stream source
+over a Unix socket, in the order the engine asks (with the read-ahead while the engine starts),
+and the engine's process itself. What crosses the socket is `_wire`'s."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import OrderedDict, deque
+
+import torch
+
+from batchcheck._wire import _dtype, _fields, _file_of, _indexed_tensors, _nbytes, _recv, _send, _send_batch
+
+
+class _Engine:
+    """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
+
+    def __init__(self, cmd, quiet):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+        self.quiet = quiet
+        self.pumping = threading.Thread(target=self._pump, daemon=True)
+        self.pumping.start()
+
+    def _pump(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            text = line.decode("utf-8", "replace")
+            self.lines.append(text)
+            if not self.quiet:
+                sys.stderr.write(text)
+
+    def wait(self):
+        self.proc.stdout.read()
+        code = self.proc.wait()
+        self.pumping.join()
+        return code, "".join(self.lines)
+
+    def stop(self):
+        """Ends it if it still runs (the scan failed before it could be served)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.pumping.join(timeout=5)
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+
+class _Server:
+    """Serves the loader's batches to the engine, in the order the engine asks for them: a batch
+    of the epoch comes from the live loader iterator (the order it draws is recorded from the
+    iterator itself and must match the batch asked for); any other set of samples (the engine's
+    probes: a batch of one) is collate_fn([dataset[i] for i in indices]) in this process."""
+
+    def __init__(self, loader, expected, input_key, target_key):
+        self.loader = loader
+        self.input_key, self.target_key = input_key, target_key
+        self.order = expected
+        self.expected = {tuple(b) for b in expected}
+        self.tensors = _indexed_tensors(loader)
+        self.window = OrderedDict()  # recent live batches by indices (a resumed child asks again)
+        self.live = None
+        self.drawn = []  # the indices the live iterator drew, batch by batch
+        self.yielded = 0  # batches it delivered
+        self.delivered = set()  # their indices
+        self.first = None
+        self.unpatch = None
+        self.exhausted = False
+        self.error = None
+        self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
+        self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
+        self.conns = set()  # open connections (closed with the scan)
+        self.closing = False
+        # Batches drawn from a live loader before the engine asks (it is loading LibTorch
+        # meanwhile, on one core): the loader's workers use the other instead of competing with
+        # the engine's steps for both later.
+        self.ahead = deque()
+        self.ahead_end = False  # the iterator ended while reading ahead
+        self.ahead_error = None  # what it raised then
+        self.asked = False  # the engine asked for a batch: reading ahead stops
+        self.lock = threading.Lock()
+        self.dir = tempfile.mkdtemp(prefix="batchcheck-")
+        self.path = os.path.join(self.dir, "loader.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(4)
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def start_live(self):
+        """The live iterator, recording the indices of each batch as the iterator itself draws
+        them (workers deliver in that order). A multi-worker iterator draws its first indices
+        while it is made, so the drawing is watched from before iter() until the scan ends."""
+        if self.tensors is not None:  # no Python code of theirs to run: batches by indexing
+            return
+        from torch.utils.data import dataloader as dl
+        cls = dl._BaseDataLoaderIter
+        draw = cls.__dict__.get("_next_index")
+        if draw is None:  # another torch: no order check, the engine's own indices then name samples
+            self.live = iter(self.loader)
+            return
+        server = self
+
+        def recorded(it):
+            idx = draw(it)
+            server.drawn.append(list(idx))  # only this scan iterates a loader meanwhile
+            return idx
+        cls._next_index = recorded
+        self.unpatch = lambda: setattr(cls, "_next_index", draw)
+        self.live = iter(self.loader)
+        # An Accelerate DataLoaderShard (the HF Trainer's loader) draws through a plain
+        # DataLoader iterator inside its own; a batch on a device comes back to the CPU below.
+
+    def next_live(self):
+        """(indices, batch or an exception) of the live iterator's next batch, or None at its
+        end. Batch j holds the j-th indices drawn: workers may draw ahead, they deliver in order."""
+        j = self.yielded
+        if self.tensors is not None:
+            if j >= len(self.order):
+                return None
+            idx = list(self.order[j])
+            self.drawn.append(idx)
+            self.yielded += 1
+            return idx, self._index(idx)
+        try:
+            batch = next(self.live)
+        except StopIteration:
+            return None
+        except Exception as e:  # their Dataset or collate_fn raised: the batch's failure
+            if len(self.drawn) <= j:
+                raise
+            batch = e
+        self.yielded += 1
+        idx = self.drawn[j] if len(self.drawn) > j else None
+        return idx, batch
+
+    def read_ahead(self, budget=256 << 20):
+        """Draws the live loader's next batches into `ahead` until the engine asks for one, the
+        epoch ends, or they hold `budget` bytes (a thread of its own, started with the engine)."""
+        size = 0
+        while size < budget:
+            with self.lock:
+                if self.closing or self.asked or self.ahead_end or self.ahead_error is not None:
+                    return
+                try:
+                    got = self.next_live()
+                except Exception as e:  # the loader itself failed: raised where the batch is wanted
+                    self.ahead_error = e
+                    return
+                if got is None:
+                    self.ahead_end = True
+                    return
+                self.ahead.append(got)
+                size += _nbytes(got[1])
+
+    def _draw(self):
+        """The live loader's next (indices, batch): read ahead already, or drawn now. Its indices
+        count as delivered from here (a batch read ahead is still to be drawn from `ahead`)."""
+        if self.ahead:
+            got = self.ahead.popleft()
+        elif self.ahead_error is not None:
+            e, self.ahead_error = self.ahead_error, None
+            raise e
+        elif self.ahead_end:
+            return None
+        else:
+            got = self.next_live()
+        if got is not None and got[0] is not None:
+            self.delivered.add(tuple(got[0]))
+        return got
+
+    def first_batch(self):
+        """The first batch that loads: its fields are the stream's. One that raised before it (a
+        corrupt file in batch 0) is kept for the engine, which reports it at its batch."""
+        failed = None
+        while True:
+            got = self.next_live()
+            if got is None:
+                if failed is not None:  # not one batch loads: nothing to learn the fields from
+                    raise failed
+                raise ValueError("batchcheck.scan: the loader yields no batch")
+            idx, batch = got
+            if idx is not None:
+                self.delivered.add(tuple(idx))
+            if isinstance(batch, Exception):
+                if idx is None:  # no record of its draw: it cannot be named
+                    raise batch
+                failed = failed or batch
+                self._keep(tuple(idx), batch)
+                continue
+            self._keep(tuple(idx) if idx is not None else None, batch)
+            self.first = batch
+            return batch
+
+    def _keep(self, key, batch):
+        self.window[key] = batch
+        while len(self.window) > 8:
+            self.window.popitem(last=False)
+
+    def _batch_for(self, indices):
+        key = tuple(indices)
+        if key in self.window:
+            return self.window[key]
+        if key in self.expected and key not in self.delivered and not self.exhausted:
+            while True:
+                got = self._draw()
+                if got is None:
+                    self.exhausted = True
+                    break
+                idx, batch = got
+                if idx is None:  # no record of the draw (see start_live): taken as the batch asked for
+                    idx = indices
+                self._keep(tuple(idx), batch)
+                if tuple(idx) == key:
+                    return batch
+        # A probe's samples, or a batch asked for out of the epoch's order (--fail-fast asks for
+        # the edges first): their Dataset and collate_fn, in this process.
+        if self.tensors is not None:
+            return self._index(indices)
+        ds = self.loader.dataset
+        try:
+            samples = [ds[i] for i in indices]
+        except Exception as e:
+            return e
+        try:
+            return self.loader.collate_fn(samples)
+        except Exception as e:
+            return e
+
+    def _index(self, indices):
+        """The batch default_collate makes of a TensorDataset's samples: each tensor's rows."""
+        rows = torch.as_tensor(indices, dtype=torch.long)
+        try:
+            return [t[rows] for t in self.tensors]
+        except Exception as e:  # an index past the tensors: named sample by sample (_failure)
+            return e
+
+    def _failure(self, indices, e):
+        ds = self.loader.dataset
+        for row, i in enumerate(indices):
+            try:
+                ds[i]
+            except Exception as d:
+                failure = {"error": "dataset", "row": row, "index": int(i), "message": "%s: %s" % (type(d).__name__, d)}
+                path = _file_of(ds, int(i), d)
+                if path:
+                    failure["file"] = path
+                return failure
+        return {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
+
+    def hello(self):
+        fields = []
+        for name, t in _fields(self.first, self.input_key, self.target_key):
+            fields.append({"name": name, "dtype": _dtype(t, name), "shape": list(t.shape[1:])})
+        return {"samples": len(self.loader.dataset), "fields": fields, "libraries": self.libraries}
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.closing:
+                    conn.close()
+                    return
+                self.conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        credits = 0  # batches the engine asked to have pushed ahead of its requests
+        try:
+            while True:
+                msg = _recv(conn)
+                if msg is None:
+                    return
+                req = json.loads(msg)
+                with self.lock:
+                    if self.closing:
+                        return
+                    if "hello" in req:
+                        _send(conn, json.dumps(self.hello()).encode())
+                        continue
+                    self.asked = True
+                    if "credit" in req:
+                        credits += int(req["credit"])
+                    else:
+                        indices = [int(i) for i in req["indices"]]
+                        self._respond(conn, indices, self._batch_for(indices))
+                        credits += int(req.get("ahead", 0))
+                    # The epoch's next batches while the engine checks this one: the two
+                    # processes overlap instead of taking turns.
+                    while credits > 0 and not self.closing:
+                        got = self._next_to_push()
+                        if got is None:
+                            _send(conn, b'{"end": true}')
+                            credits = 0
+                            break
+                        self._respond(conn, got[0], got[1], pushed=True)
+                        credits -= 1
+        except (OSError, ValueError, KeyError) as e:  # the engine went away, or a malformed request
+            if self.error is None or (isinstance(self.error, OSError) and not isinstance(e, OSError)):
+                self.error = e  # a dead connection's broken pipe (an engine stopped) hides nothing
+        except Exception as e:  # the loader itself failed: the engine reads a closed socket
+            if self.error is None or isinstance(self.error, OSError):  # not hidden by a dead engine's pipe
+                self.error = e
+        finally:
+            with self.lock:
+                self.conns.discard(conn)
+            conn.close()
+
+    def _next_to_push(self):
+        """The live iterator's next batch, kept in the window: (indices, batch), or None at the
+        epoch's end or where the draws are not recorded (nothing to name the batch by)."""
+        if self.exhausted or (self.tensors is None and (self.live is None or self.unpatch is None)):
+            return None
+        if len(self.drawn) < self.yielded:  # draws not recorded (see start_live): nothing to push by
+            self.exhausted = True
+            return None
+        got = self._draw()
+        if got is None or got[0] is None:
+            # The end, or a batch without a recorded draw: no more pushes (the engine then asks).
+            self.exhausted = True
+            return None
+        self._keep(tuple(got[0]), got[1])
+        return got
+
+    def _respond(self, conn, indices, batch, pushed=False):
+        """One batch's frames: its fields (with the eager forward's prediction), or why it failed."""
+        if isinstance(batch, Exception):
+            header = self._failure(indices, batch)
+            if pushed:
+                header["pushed"] = list(indices)
+            _send(conn, json.dumps(header).encode())
+            return
+        tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
+        forward_error = None
+        if self.forward is not None:
+            try:
+                pred = self.forward(tensors)
+                tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
+            except Exception as e:  # what their forward raised: the engine classifies it
+                forward_error = str(e).strip() or type(e).__name__
+        header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
+        if forward_error is not None:
+            header["forward_error"] = forward_error
+        if pushed:
+            header["pushed"] = list(indices)
+        _send_batch(conn, json.dumps(header).encode(), [t for _, t in tensors])
+
+    def close(self):
+        # Nothing of the loader runs after this: open connections are shut, and the lock waits
+        # for a batch being served or pushed, before the iterator's hook and the RNGs go back.
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self.lock:  # the batch being served or pushed is done
+            pass
+        if self.unpatch:
+            self.unpatch()
+        try:
+            self.sock.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

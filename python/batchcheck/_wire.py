@@ -1,0 +1,125 @@
+"""What crosses the socket to the engine's stream source: a collated batch as named fields,
+the frames (a length, then the bytes; a batch's tensors sent from their own memory), the dtypes
+the engine takes, and the file a failing sample reads, named for the report."""
+import os
+import struct
+
+import torch
+
+
+def _fields(batch, input_key, target_key):
+    """A collated batch as [(name, tensor)]: (inputs, targets), a single tensor, or a dict."""
+    if isinstance(batch, torch.Tensor):
+        return [("inputs", batch)]
+    if isinstance(batch, dict):
+        out = [(str(k), v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+        if not out:
+            raise TypeError("batchcheck.scan: the loader's batches are dicts without tensors")
+        return out
+    if isinstance(batch, (tuple, list)) and batch and all(isinstance(v, torch.Tensor) for v in batch):
+        # (inputs, targets); (input, input_1, ..., targets): forward's inputs in order, the targets last.
+        if len(batch) == 1:
+            return [(input_key, batch[0])]
+        extra = [("%s_%d" % (input_key, k), t) for k, t in enumerate(batch[1:-1], 1)]
+        return [(input_key, batch[0])] + extra + [(target_key, batch[-1])]
+    raise TypeError("batchcheck.scan: a batch must be a tensor, a tuple of tensors (inputs..., targets) or a dict of tensors; "
+                    "the loader yields %s"
+                    % type(batch).__name__)
+
+
+def _indexed_tensors(loader):
+    """The tensors of a loader whose batches are a TensorDataset's rows collated by PyTorch's own
+    default_collate: [t[indices] for t in tensors] is that batch exactly (torch.stack of the rows
+    t[i]), read without two Python calls per sample. None where any code of the user's makes the
+    batches (a Dataset of theirs, a subclass, their collate_fn): that code runs, as in training."""
+    from torch.utils.data import TensorDataset
+    from torch.utils.data._utils.collate import default_collate
+    if type(loader.dataset) is TensorDataset and loader.collate_fn is default_collate:
+        return loader.dataset.tensors
+    return None
+
+
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+           torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+           torch.bool: "bool"}
+
+
+def _nbytes(batch):
+    """The bytes of the tensors in a collated batch (nested tuples, lists, dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (tuple, list)):
+        return sum(_nbytes(b) for b in batch)
+    return 0
+
+
+def _dtype(t, name):
+    if t.dtype not in _DTYPES:
+        raise TypeError("batchcheck.scan: field %r has dtype %s, which the engine does not take" % (name, t.dtype))
+    return _DTYPES[t.dtype]
+
+
+def _send(conn, payload):
+    conn.sendall(struct.pack("<Q", len(payload)))
+    conn.sendall(payload)
+
+
+def _send_batch(conn, header, tensors):
+    """The header frame, then one frame per tensor, sent from the tensors' own memory (no copy)
+    in as few system calls as the socket takes: a batch of 3,000 small batches is that many
+    round trips, each a few syscalls otherwise."""
+    bufs = [struct.pack("<Q", len(header)), header]
+    for t in tensors:
+        bufs.append(struct.pack("<Q", t.numel() * t.element_size()))
+        if t.numel():
+            bufs.append(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    while bufs:
+        sent = conn.sendmsg(bufs[:512])  # IOV_MAX is 1024
+        while bufs and sent >= len(bufs[0]):  # drop what went out; a partial send resumes mid-buffer
+            sent -= len(bufs[0])
+            bufs.pop(0)
+        if bufs and sent:
+            bufs[0] = memoryview(bufs[0])[sent:]
+
+
+def _recv(conn):
+    head = b""
+    while len(head) < 8:
+        chunk = conn.recv(8 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack("<Q", head)
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _file_of(dataset, i, error):
+    """The file sample i of the Dataset reads, where the exception names it (an OSError's
+    filename) or the Dataset keeps one path per sample (ImageFolder's samples, a list of files or
+    paths); None where neither shows it. Named for the user, never opened here."""
+    name = getattr(error, "filename", None)
+    if isinstance(name, (str, os.PathLike)):
+        return os.fspath(name)
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None
+    for attr in ("samples", "imgs", "files", "file_list", "filenames", "paths", "image_paths", "images"):
+        seq = getattr(dataset, attr, None)
+        if not isinstance(seq, (list, tuple)) or len(seq) != n:
+            continue
+        item = seq[i]
+        if isinstance(item, (tuple, list)) and item:
+            item = item[0]
+        if isinstance(item, (str, os.PathLike)):
+            return os.fspath(item)
+    return None
