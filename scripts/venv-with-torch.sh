@@ -14,8 +14,12 @@ fi
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 "$PY" - "$site" <<'PY'
 import importlib.metadata as md, os, sys
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
+try:
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+except ImportError:  # a bare venv: pip's own copy (torch does not need packaging)
+    from pip._vendor.packaging.markers import default_environment
+    from pip._vendor.packaging.requirements import Requirement
 out, seen, stack = sys.argv[1], set(), [("torch", ""), ("numpy", "")]
 while stack:
     name, extra = stack.pop()
