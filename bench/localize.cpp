@@ -12,8 +12,8 @@
 
 #include "core/config/config.h"
 #include "engine/fixtures.h"
-#include "engine/localize.h"
-#include "engine/model_runner.h"
+#include "engine/localize/localize.h"
+#include "engine/model/model_runner.h"
 
 using namespace batchcheck;
 

@@ -24,7 +24,7 @@
 #include "core/pipeline/classify.h"
 #include "core/pipeline/forward_stage.h"
 #include "core/scan/replay.h"
-#include "engine/permutation.h"
+#include "engine/data/permutation.h"
 #include "engine/torch_backend.h"
 
 #include <c10/util/Logging.h>

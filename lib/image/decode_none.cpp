@@ -1,5 +1,5 @@
 // A build without the image decoders (the pip package on a machine without libjpeg and libpng):
-// the same interface, and image folders refused where they are opened (engine/image_source).
+// the same interface, and image folders refused where they are opened (engine/data/image_source).
 #include "image/decode.h"
 
 namespace batchcheck {

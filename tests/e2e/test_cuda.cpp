@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "cli.h"
-#include "engine/torch_backend.h"
+#include "engine/cuda_runtime.h"
 #include "support/test_helpers.h"
 
 using namespace batchcheck;

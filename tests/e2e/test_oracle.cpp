@@ -7,7 +7,7 @@
 
 #include "core/base/errors.h"
 #include "core/config/config.h"
-#include "engine/permutation.h"
+#include "engine/data/permutation.h"
 #include "support/test_helpers.h"
 
 using namespace batchcheck;

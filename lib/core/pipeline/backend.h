@@ -91,7 +91,7 @@ struct LoadFailure {
 enum class Slot { Input, Output, Target };
 const char* to_string(Slot s);
 
-// An op's arguments outside its contract, read before it ran (engine/argument_check.h): indices
+// An op's arguments outside its contract, read before it ran (engine/localize/argument_check.h): indices
 // past their bound (an embedding's token ids, a loss's class indices: what CUDA's assert or the
 // CPU's "index out of range in self" does not say), or a loss's input or target outside its
 // range (BCE's [0, 1]) inside the model's own training step.
@@ -137,7 +137,7 @@ struct FrozenShape {
   std::vector<int64_t> input_shape;  // what it had to fit this batch
 };
 
-// The whole batch's forward once, through the argument check (engine/argument_check.h).
+// The whole batch's forward once, through the argument check (engine/localize/argument_check.h).
 struct ArgumentRun {
   std::optional<FrozenShape> frozen;  // the failing op's shape was a traced constant
   ForwardResult result;

@@ -1,6 +1,6 @@
 #pragma once
 // What the loss ops inside the user's own training step (loss.type "step") were given, read
-// from their arguments where they ran (engine/argument_check.h), as findings: BCE's input or
+// from their arguments where they ran (engine/localize/argument_check.h), as findings: BCE's input or
 // target outside [0, 1] or not finite, a class index past the classes, a token id past an
 // embedding. Each names the op, the user's line and the rows. Pure.
 #include <cstdint>

@@ -72,7 +72,7 @@ struct Geometry {
 Geometry compute_geometry(const LoaderSpec& spec);
 
 // The dataset indices of each rank's batches. `order` is the sampler's permutation of
-// [0, N) (see engine/permutation.h); empty means sequential, which needs no memory.
+// [0, N) (see engine/data/permutation.h); empty means sequential, which needs no memory.
 class BatchPlan {
  public:
   BatchPlan(Geometry geometry, std::vector<int64_t> order);

@@ -64,7 +64,7 @@ struct ScanResult {
   nlohmann::ordered_json partial;
 };
 
-// Produces the sampler order for a loader spec (engine/permutation.h in production).
+// Produces the sampler order for a loader spec (engine/data/permutation.h in production).
 using OrderFn = std::function<std::vector<int64_t>(const LoaderSpec&)>;
 
 }  // namespace batchcheck

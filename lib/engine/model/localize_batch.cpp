@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "engine/localize.h"
-#include "engine/model_runner.h"
-#include "engine/outputs.h"
+#include "engine/model/localize_batch.h"
+
+#include "engine/localize/localize.h"
+#include "engine/model/model_runner.h"
+#include "engine/model/outputs.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -41,17 +41,3 @@ class ForwardLocalizer {
 };
 
 }  // namespace batchcheck
-
-namespace batchcheck {
-
-class ModelRunner;
-struct Config;
-
-// Localizes a bad value of one batch (`args`: what forward takes, `batch` samples): the
-// instrumented forward, then, when asked, halving the batch to the rows that still fail.
-// The model's buffers are as before afterwards. nullopt when the model keeps no graph or
-// the re-run raises.
-std::optional<Localization> localize_batch(ModelRunner& model, const Config& cfg, const std::vector<c10::IValue>& args,
-                                           uint64_t batch, const LocalizeRequest& req);
-
-}  // namespace batchcheck

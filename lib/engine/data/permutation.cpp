@@ -1,4 +1,4 @@
-#include "engine/permutation.h"
+#include "engine/data/permutation.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,4 +1,4 @@
-#include "engine/outputs.h"
+#include "engine/model/outputs.h"
 
 #include <string>
 

@@ -4,8 +4,8 @@
 #include <ATen/Parallel.h>
 
 #include "core/base/errors.h"
-#include "engine/data_fields.h"
-#include "engine/data_source.h"
+#include "engine/data/data_fields.h"
+#include "engine/data/data_source.h"
 #include "image/decode.h"
 #include "image/folder.h"
 #include "image/transform.h"

@@ -25,8 +25,8 @@
 
 #include "core/base/errors.h"
 #include "core/base/text.h"
-#include "engine/data_fields.h"
-#include "engine/data_source.h"
+#include "engine/data/data_fields.h"
+#include "engine/data/data_source.h"
 
 namespace batchcheck {
 namespace {

@@ -1,7 +1,7 @@
-// engine/tensor_checks: what the backend reads from tensors. On the CPU it reads them where
+// engine/checks/tensor_checks: what the backend reads from tensors. On the CPU it reads them where
 // they lie (no copies, no dispatches); elsewhere (CUDA, half precision, strided memory) it goes
 // through LibTorch's reductions. Both ways must give the same counts.
-#include "engine/tensor_checks.h"
+#include "engine/checks/tensor_checks.h"
 
 #include <gtest/gtest.h>
 

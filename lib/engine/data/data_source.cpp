@@ -1,6 +1,6 @@
 // The data sources: .npy files read row by row (here), a torch.save file (pt_source.cpp),
 // and the collate that builds a batch from samples.
-#include "engine/data_source.h"
+#include "engine/data/data_source.h"
 
 #include <algorithm>
 #include <memory>
@@ -11,8 +11,8 @@
 #include "core/findings/error_text.h"
 #include "core/parse/npy.h"
 #include "core/pipeline/contract.h"
-#include "engine/data_fields.h"
-#include "engine/tensor_checks.h"
+#include "engine/checks/tensor_checks.h"
+#include "engine/data/data_fields.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

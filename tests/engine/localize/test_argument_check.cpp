@@ -1,7 +1,7 @@
-// engine/argument_check: the indices an op is given, read before it runs: an embedding's token
+// engine/localize/argument_check: the indices an op is given, read before it runs: an embedding's token
 // ids, a loss's class indices (ignore_index respected), one_hot's classes; the rows holding
 // them, the farthest value, the module that called the op.
-#include "engine/argument_check.h"
+#include "engine/localize/argument_check.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>

@@ -1,4 +1,4 @@
-#include "engine/argument_check.h"
+#include "engine/localize/argument_check.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -10,8 +10,8 @@
 #include <tuple>
 
 #include "core/base/text.h"
-#include "engine/localize_sites.h"
-#include "engine/tensor_checks.h"
+#include "engine/checks/tensor_checks.h"
+#include "engine/localize/localize_sites.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -1,7 +1,7 @@
 // What the backend reads from tensors: the check kernel's view of them, a field's values,
 // the loss and its finiteness, the gradients' non-finite counts. On the CPU they are read
 // where they lie: on small batches a LibTorch dispatch costs more than the check itself.
-#include "engine/tensor_checks.h"
+#include "engine/checks/tensor_checks.h"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "core/base/errors.h"
-#include "engine/region_loss.h"
+#include "engine/checks/region_loss.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -1,6 +1,6 @@
-// engine/region_loss: the standard forms of the region losses, on cases small enough to
+// engine/checks/region_loss: the standard forms of the region losses, on cases small enough to
 // compute by hand, and the target formats giving the same loss for the same labels.
-#include "engine/region_loss.h"
+#include "engine/checks/region_loss.h"
 
 #include <gtest/gtest.h>
 

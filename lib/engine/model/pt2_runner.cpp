@@ -13,7 +13,8 @@
 #include "core/base/errors.h"
 #include "core/base/text.h"
 #include "engine/compat.h"
-#include "engine/model_runner.h"
+#include "engine/cuda_runtime.h"
+#include "engine/model/model_runner.h"
 #include "engine/torch_util.h"
 
 #if BATCHCHECK_HAS_AOTI

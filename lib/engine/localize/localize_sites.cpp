@@ -1,4 +1,4 @@
-#include "engine/localize_sites.h"
+#include "engine/localize/localize_sites.h"
 
 #include <string>
 

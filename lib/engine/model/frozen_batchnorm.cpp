@@ -1,4 +1,4 @@
-#include "engine/frozen_batchnorm.h"
+#include "engine/model/frozen_batchnorm.h"
 
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/localize_sites.h"
+#include "engine/localize/localize_sites.h"
 
 namespace batchcheck {
 

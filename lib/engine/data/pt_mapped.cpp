@@ -1,4 +1,4 @@
-#include "engine/pt_mapped.h"
+#include "engine/data/pt_mapped.h"
 
 #include <sys/mman.h>
 #include <torch/csrc/jit/serialization/unpickler.h>

@@ -1,4 +1,4 @@
-#include "engine/localize.h"
+#include "engine/localize/localize.h"
 
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -8,8 +8,8 @@
 #include <unordered_map>
 
 #include "core/findings/error_text.h"
-#include "engine/localize_sites.h"
-#include "engine/tensor_checks.h"
+#include "engine/checks/tensor_checks.h"
+#include "engine/localize/localize_sites.h"
 
 namespace batchcheck {
 

@@ -1,6 +1,6 @@
 // model.format "eager" (model_runner.h): the model stayed in the user's Python process.
 #include "core/base/errors.h"
-#include "engine/model_runner.h"
+#include "engine/model/model_runner.h"
 
 namespace batchcheck {
 

@@ -1,4 +1,4 @@
-#include "engine/region_loss.h"
+#include "engine/checks/region_loss.h"
 
 #include "core/base/errors.h"
 

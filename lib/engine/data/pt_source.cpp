@@ -18,9 +18,9 @@
 #include "core/findings/error_text.h"
 #include "core/parse/file_kind.h"
 #include "core/parse/pickle_check.h"
-#include "engine/data_fields.h"
-#include "engine/data_source.h"
-#include "engine/pt_mapped.h"
+#include "engine/data/data_fields.h"
+#include "engine/data/data_source.h"
+#include "engine/data/pt_mapped.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -15,10 +15,11 @@
 #include "core/base/files.h"
 #include "core/base/text.h"
 #include "core/parse/file_kind.h"
-#include "engine/frozen_batchnorm.h"
-#include "engine/argument_check.h"
-#include "engine/localize.h"
-#include "engine/model_runner.h"
+#include "engine/cuda_runtime.h"
+#include "engine/localize/argument_check.h"
+#include "engine/localize/localize.h"
+#include "engine/model/frozen_batchnorm.h"
+#include "engine/model/model_runner.h"
 #include "engine/torch_util.h"
 
 namespace batchcheck {

@@ -39,7 +39,7 @@ class ModelRunner {
   virtual std::vector<BatchNormSite> frozen_batchnorm_single_value(const std::vector<c10::IValue>& /*inputs*/) {
     return {};
   }
-  // Forward once more through an instrumented copy of the model (engine/localize.h), with
+  // Forward once more through an instrumented copy of the model (engine/localize/localize.h), with
   // autograd off; nullopt where the format keeps no graph to instrument (an AOTInductor
   // package). `prediction` selects the prediction from forward's value. Throws what the
   // model raises.
@@ -48,7 +48,7 @@ class ModelRunner {
     return std::nullopt;
   }
   // loss.type "step": forward with each loss op's arguments checked where it runs
-  // (engine/argument_check.h); faults as they were found, `stopped` where one stopped forward
+  // (engine/localize/argument_check.h); faults as they were found, `stopped` where one stopped forward
   // (then this throws). Formats without a graph run plain forward.
   virtual c10::IValue forward_step(const std::vector<c10::IValue>& inputs, uint64_t /*batch*/, std::vector<OpFault>& /*faults*/,
                                    bool& stopped) {
@@ -56,7 +56,7 @@ class ModelRunner {
     return forward(inputs);
   }
   // Forward once more through a copy of the model that reads the indices ops are given
-  // (engine/argument_check.h), autograd off; nullopt where the format keeps no graph.
+  // (engine/localize/argument_check.h), autograd off; nullopt where the format keeps no graph.
   virtual std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& /*inputs*/, uint64_t /*batch*/) {
     return std::nullopt;
   }
