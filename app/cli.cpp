@@ -11,6 +11,7 @@
 #include "core/base/escape.h"
 #include "core/base/info.h"
 #include "core/base/json_input.h"
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/command/scan_setup.h"
 #include "core/journal/merge.h"
@@ -108,7 +109,7 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
 
 struct ScanArgs {
   std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard,
-      jobs = "auto";
+      jobs = "auto", log_level, log_file;
   bool edges = false, quiet = false, verbose = false, no_backward = false, fail_fast = false;
   ViewArgs views;
 };
@@ -122,8 +123,31 @@ FailOn fail_on_of(const std::string& text) {
   return *fail_on;
 }
 
+// --log-level and --log-file (-v is --log-level debug), in effect before anything else is said.
+void set_up_log(const ScanArgs& a, ScanCommand& cmd) {
+  if (!a.log_level.empty()) {
+    const auto level = parse_log_level(a.log_level);
+    if (!level) {
+      throw InputError("", "--log-level", "unknown level \"" + a.log_level + "\"" +
+                                              did_you_mean(a.log_level, {"debug", "info", "warn", "error"}) +
+                                              " (expected debug, info, warn or error)");
+    }
+    cmd.log_level = *level;
+  } else if (a.verbose) {
+    cmd.log_level = LogLevel::debug;
+  }
+  set_log_level(cmd.log_level);
+  if (!a.log_file.empty()) {
+    if (a.log_file == "-") throw InputError("", "--log-file", "\"-\" is not a file: the log's text lines are on stderr already");
+    check_writable(a.log_file);
+    cmd.log_file = a.log_file;
+    set_log_file(a.log_file);
+  }
+}
+
 int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool interactive) {
   ScanCommand cmd;
+  set_up_log(a, cmd);
   cmd.config_path = a.config;
   if (!a.output.empty()) cmd.output_path = a.output;
   cmd.fail_on = fail_on_of(a.fail_on);
@@ -155,7 +179,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.edges = a.edges;
   cmd.fail_fast = a.fail_fast;
   cmd.no_backward = a.no_backward;
-  cmd.verbosity = a.quiet ? -1 : a.verbose ? 1 : 0;
+  cmd.verbosity = a.quiet ? -1 : cmd.log_level == LogLevel::debug ? 1 : 0;
   cmd.progress = interactive;
   cmd.views = view_targets(a.views);
   ScanOutcome o = run_scan_entry(cmd, out, err);
@@ -299,7 +323,17 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_flag("--no-backward", sc.no_backward,
                      "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
   auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
-  scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr")->excludes(quiet);
+  auto* verbose = scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr (--log-level debug)");
+  verbose->excludes(quiet);
+  scan_cmd->add_option("--log-level", sc.log_level,
+                       "the least diagnostics shown on stderr and in --log-file: debug (each batch), info (default: "
+                       "what the engine and the model print), warn, error")
+      ->type_name("LEVEL")
+      ->excludes(verbose);
+  scan_cmd->add_option("--log-file", sc.log_file,
+                       "also append the diagnostics to FILE as JSON lines (time, level, source: batchcheck, engine or "
+                       "model, message)")
+      ->type_name("FILE");
   scan_cmd->add_option("--shard", sc.shard,
                        "scan one part of the batches and write a partial report (-o, {shard} in the path becomes K): K/N, "
                        "or env / env/N to read torchrun's RANK and WORLD_SIZE, a SLURM array's task id, or "
@@ -326,6 +360,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   render_cmd->add_option("report", render_report, "the JSON report")->required();
   add_view_options(render_cmd, rv);
 
+  LogScope log_scope(err);  // the diagnostics go where this run's stderr is
   try {
     check_command(args);
     std::vector<const char*> argv{"batchcheck"};
@@ -346,7 +381,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         out << app.help();
         return 0;
       }
-      err << "batchcheck: error: " << terminal_text(single_line(e.what())) << " (see 'batchcheck --help')\n";
+      log_error(std::string(e.what()) + " (see 'batchcheck --help')");
       return 2;
     }
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
@@ -360,13 +395,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     out << app.help();
     return 0;
   } catch (const InputError& e) {
-    err << format_error(e) << "\n";
+    log_error(e.what());  // format_error's line, and the log file's record
     return 2;
   } catch (const std::bad_alloc&) {
     // A config or a file that slipped past the size bounds, or a tight ulimit: the machine's
     // limit, not a bug, and never a signal.
-    err << "batchcheck: error: out of memory: this command needed more memory than the process may take"
-           " (ulimit -v, a container's limit); give it more, or scan with a smaller batch size\n";
+    log_error("out of memory: this command needed more memory than the process may take"
+              " (ulimit -v, a container's limit); give it more, or scan with a smaller batch size");
     return 2;
   } catch (const std::exception& e) {
     err << "batchcheck: internal error: " << terminal_text(single_line(e.what())) << " (this is a bug in batchcheck; please report it)\n";

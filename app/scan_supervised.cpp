@@ -19,8 +19,7 @@
 
 #include "core/base/errors.h"
 #include "core/base/info.h"
-#include "core/base/escape.h"
-#include "core/base/text.h"
+#include "core/base/log.h"
 #include "core/journal/journal.h"
 #include "engine/scan_module.h"
 #include "scan_entry.h"
@@ -68,7 +67,7 @@ ScanOutcome run_scan_entry(const ScanCommand& cmd, std::ostream& out, std::ostre
   // InitGoogleLogging()" banner; c10's in pip's) would break the one-line error contract: off
   // unless -v. The engine child inherits it (c10::initLogging); a user's own setting wins.
   // glog (LibTorch 1.13) takes its level from GLOG_minloglevel when it is loaded.
-  if (cmd.verbosity <= 0) {
+  if (cmd.log_level != LogLevel::debug) {
     ::setenv("TORCH_CPP_LOG_LEVEL", "FATAL", 0);
     ::setenv("GLOG_minloglevel", "3", 0);
   }
@@ -83,9 +82,10 @@ int run_engine_child() {
     return 2;
   }
   JournalWriter journal(kJournalFd);
+  log_to_parent(LogLevel::info);  // this binary's own lines; the engine sets the run's level
   // LibTorch's CUDA library, where the parent asked for it, before the engine's own LibTorch.
   if (const std::string why = preload_engine_libraries(); !why.empty()) {
-    std::cerr << "batchcheck: warning: LibTorch's CUDA library did not load: " << terminal_text(single_line(why)) << "\n";
+    log_warn("LibTorch's CUDA library did not load: " + why);
   }
   // LibTorch first, the request after: a child started ahead of its request (the --jobs
   // default's standby) is ready when the request comes.

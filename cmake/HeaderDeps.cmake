@@ -24,7 +24,7 @@ function(bc_header_dependency package min_version target url sha256 what)
   set(include "${${lower}_SOURCE_DIR}/include")
   if(NOT EXISTS "${include}")
     message(FATAL_ERROR "batchcheck: ${package} is not installed and ${what} could not be fetched from ${url}: "
-      "install its headers (Debian: apt install libcli11-dev nlohmann-json3-dev), or give the folder of the archive's "
+      "install its headers (Debian: apt install libcli11-dev nlohmann-json3-dev libspdlog-dev), or give the folder of the archive's "
       "contents with -DFETCHCONTENT_SOURCE_DIR_${upper}=...")
   endif()
   add_library(${target} INTERFACE IMPORTED GLOBAL)

@@ -21,15 +21,15 @@
 # this script; (a)'s real loop and (0) need CUDA and are skipped), and GPU_CHECK_PREBUILT=DIR uses
 # the batchcheck already built in DIR instead of building.
 #
-# The machine needs torch (with CUDA), cmake, ninja and a C++ compiler. Where CLI11 and
-# nlohmann/json are not installed, `scripts/gpu-check.sh --pack` (run on a machine that has
+# The machine needs torch (with CUDA), cmake, ninja and a C++ compiler. Where CLI11,
+# nlohmann/json and spdlog are not installed, `scripts/gpu-check.sh --pack` (run on a machine that has
 # them) copies their headers into build-gpu-headers/, to carry along with the tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 HEADERS=build-gpu-headers
 if [[ "${1:-}" == --pack ]]; then
   rm -rf "$HEADERS" && mkdir -p "$HEADERS"
-  cp -r /usr/include/CLI /usr/include/nlohmann "$HEADERS/"
+  cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/spdlog /usr/include/fmt "$HEADERS/"
   echo "gpu-check: headers in $HEADERS ($(du -sh "$HEADERS" | cut -f1))" >&2
   exit 0
 fi
@@ -45,7 +45,7 @@ check() {  # check OK "what"
 torch_dir=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || { say "FAIL: $PY cannot import torch"; exit 1; }
 say "torch $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPUs:", torch.cuda.device_count())')"
 extra=()
-if [[ -d "$HEADERS" ]] && [[ ! -d /usr/include/CLI || ! -d /usr/include/nlohmann ]]; then
+if [[ -d "$HEADERS" ]] && [[ ! -d /usr/include/CLI || ! -d /usr/include/nlohmann || ! -d /usr/include/spdlog ]]; then
   extra+=("-DBATCHCHECK_HEADERS_DIR=$PWD/$HEADERS")
 fi
 if [[ -n "${GPU_CHECK_PREBUILT:-}" ]]; then

@@ -224,6 +224,7 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
   c10::initLogging();
   const EngineRequest req = decode_request(request);
   const ScanCommand& cmd = req.command;
+  log_to_parent(cmd.log_level);  // the supervisor relays it (core/base/log.h)
   JournalWriter journal(event_fd);
   std::string loading;  // the file being loaded, for an allocation that fails there
   try {
@@ -247,7 +248,7 @@ void engine_child(const std::string& request, int event_fd, std::ostream& err) {
     SignalScope signals(cmd.handle_signals, is_job(cmd));
     loading.clear();  // loaded: an allocation that fails from here is the scan's, not a file's
     FaultSink sink(journal, fault);
-    replay(cfg, settings, *backend, sampler_order, sink, err, req.resume);
+    replay(cfg, settings, *backend, sampler_order, sink, req.resume);
   } catch (const InputError& e) {
     journal.error("input", e.file(), e.where(), e.detail());
   } catch (const std::exception& e) {

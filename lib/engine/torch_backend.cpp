@@ -20,7 +20,7 @@
 #include <set>
 
 #include "core/base/errors.h"
-#include "core/base/escape.h"
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/pipeline/classify.h"
 #include "core/pipeline/contract.h"
@@ -69,14 +69,14 @@ class TorchBatchView : public BatchView {
   Localize localize_;  // holds the batch's inputs
 };
 
-// Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): one line each on
-// stderr, once per distinct message, instead of glog's multi-line banner on every batch.
+// Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): one record each, from
+// the model, once per distinct message, instead of glog's multi-line banner on every batch.
 class ModelWarnings : public compat::WarningSink {
  public:
   void on_warning(const std::string& message) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!seen_.insert(message).second) return;
-    std::cerr << "batchcheck: warning from the model: " << terminal_text(single_line(message)) << "\n";
+    log(LogLevel::warn, LogSource::model, message);
   }
 
  private:
@@ -90,9 +90,11 @@ class ModelWarnings : public compat::WarningSink {
 class TorchBackend : public Backend {
  public:
   TorchBackend(const Config& cfg, const BackendOptions& opt) : cfg_(cfg), opt_(opt) {
-    // A print() in the model's TorchScript goes to stderr: stdout holds only the report. Its
-    // text is the model's: terminal escapes and workflow commands made inert.
-    torch::jit::setPrintHandler([](const std::string& s) { std::cerr << log_lines(s) << std::flush; });
+    // A print() in the model's TorchScript is the model's record at info, never on stdout
+    // (the report); the log escapes it where it is written.
+    torch::jit::setPrintHandler([](const std::string& s) {
+      log(LogLevel::info, LogSource::model, std::string_view(s).substr(0, s.size() - (!s.empty() && s.back() == '\n')));
+    });
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);
     if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));

@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cstddef>
 #include <ostream>
+#include <memory>
 #include <string>
 #include <sys/types.h>
+#include <thread>
 
 #include "core/journal/aggregate.h"
 #include "core/journal/journal.h"
@@ -15,11 +17,32 @@ namespace batchcheck {
 
 constexpr std::size_t kMaxJobs = 64;
 
+// The engine child's stderr and stdout, read on a thread of their own (a child never waits on
+// a full pipe, whatever the watcher does) and relayed line by line into the log
+// (relay_child_line: its records with their level and source, anything else the engine's).
+class OutputRelay {
+ public:
+  explicit OutputRelay(int fd);
+  ~OutputRelay();
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+  // After the child is reaped: what it wrote is relayed, then the thread ends (within ~0.1 s
+  // where a process it started still holds the pipe open).
+  void finish();
+
+ private:
+  void run();
+  int fd_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // An engine child started (LibTorch loading) before it is given its request.
 struct EngineChild {
   pid_t pid = -1;
   int events = -1;   // the journal's read end
   int request = -1;  // the request's write end, until sent
+  std::shared_ptr<OutputRelay> output;
 };
 EngineChild start_engine_child(const SupervisorOptions& opt);
 // Kills and reaps a child that was never given a request.

@@ -1,6 +1,7 @@
 // The engine child as a process: started with its pipes, handed its request, told alive or
 // reaped, and how it died said in words (supervisor.cpp watches it).
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "supervise/drive.h"
 
@@ -27,11 +29,55 @@ constexpr int kJournalPipeBytes = 256 << 10;
 
 }  // namespace
 
-// The engine child has its request's read end on fd 3 and the journal's write end on fd 4.
-// Its stdout is our stderr: a print() in the model never reaches the report.
+OutputRelay::OutputRelay(int fd) : fd_(fd), thread_([this] { run(); }) {}
+
+OutputRelay::~OutputRelay() { finish(); }
+
+void OutputRelay::finish() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  thread_.join();
+  ::close(fd_);
+}
+
+void OutputRelay::run() {
+  constexpr std::size_t kLongestLine = 64 << 10;  // a longer one is relayed in pieces
+  constexpr int kReadsAfterStop = 64;            // a child still writing is not waited for long
+  std::string pending;
+  std::vector<char> chunk(1 << 14);
+  int after_stop = 0;
+  for (;;) {
+    pollfd p{fd_, POLLIN, 0};
+    const int n = ::poll(&p, 1, 100);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      if (stop_) break;  // reaped, and nothing more came: a process it started may hold the pipe
+      continue;
+    }
+    if (stop_ && ++after_stop > kReadsAfterStop) break;
+    const ssize_t got = ::read(fd_, chunk.data(), chunk.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    pending.append(chunk.data(), static_cast<std::size_t>(got));
+    std::size_t start = 0, nl;
+    while ((nl = pending.find('\n', start)) != std::string::npos) {
+      relay_child_line(std::string_view(pending).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+    if (pending.size() >= kLongestLine) {
+      relay_child_line(pending);
+      pending.clear();
+    }
+  }
+  if (!pending.empty()) relay_child_line(pending);
+}
+
+// The engine child has its request's read end on fd 3 and the journal's write end on fd 4;
+// its stderr and stdout are the relay's pipe: a print() in the model never reaches the report.
 EngineChild start_engine_child(const SupervisorOptions& opt) {
-  int req[2], ev[2];
-  if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0) {
+  int req[2], ev[2], output[2];
+  if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(ev, O_CLOEXEC) != 0 || ::pipe2(output, O_CLOEXEC) != 0) {
     throw std::runtime_error("cannot start the scan engine: " + std::string(std::strerror(errno)));
   }
   std::vector<std::string> args = opt.args;
@@ -60,7 +106,7 @@ EngineChild start_engine_child(const SupervisorOptions& opt) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     int r = ::fcntl(req[0], F_DUPFD, 10), e = ::fcntl(ev[1], F_DUPFD, 10);
-    if (r < 0 || e < 0 || ::dup2(r, 3) < 0 || ::dup2(e, 4) < 0 || ::dup2(2, 1) < 0) ::_exit(127);
+    if (r < 0 || e < 0 || ::dup2(r, 3) < 0 || ::dup2(e, 4) < 0 || ::dup2(output[1], 2) < 0 || ::dup2(2, 1) < 0) ::_exit(127);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -76,10 +122,11 @@ EngineChild start_engine_child(const SupervisorOptions& opt) {
   }
   ::close(req[0]);
   ::close(ev[1]);
+  ::close(output[1]);
   // Room for the lines written while the watcher naps (see watch()); the default 64 KiB
   // is a few hundred small batches. Best effort: a smaller pipe only makes the child wait.
   ::fcntl(ev[0], F_SETPIPE_SZ, kJournalPipeBytes);
-  return {pid, ev[0], req[1]};
+  return {pid, ev[0], req[1], std::make_shared<OutputRelay>(output[0])};
 }
 
 void send_request(EngineChild& child, const std::string& request) {
@@ -111,6 +158,7 @@ void discard_engine_child(EngineChild& child) {
   int status = 0;
   while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (child.output) child.output->finish();
   child = {};
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/base/errors.h"
+#include "core/base/log.h"
 #include "core/journal/jobs.h"
 #include "core/journal/shard.h"
 #include "supervise/drive.h"
@@ -100,7 +101,7 @@ class Jobs {
   std::vector<std::unique_ptr<Job>> jobs_;
   Clock::time_point t0_ = Clock::now(), last_draw_;
   // The measured default: job 0 alone, measured from its first ended step.
-  bool deciding_ = false, announced_ = false;
+  bool deciding_ = false;
   bool split_asked_ = false;
   pid_t asked_pid_ = 0;
   // While the default decides: the second job's engine, loading LibTorch on a core the first
@@ -170,7 +171,7 @@ void Jobs::measure(Clock::time_point now) {
   m.rss_bytes = proc_kb("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
   const JobsDecision d = decide_jobs(m);
-  if (cmd_.verbosity > 0) err_ << "\nbatchcheck: --jobs auto: " << d.why << "\n";
+  if (cmd_.verbosity > 0) log_debug("batchcheck: --jobs auto: " + d.why);
   if (d.jobs < 2) {
     discard_engine_child(standby_);
     return;
@@ -246,10 +247,6 @@ void Jobs::wait_and_measure() {
       wake_.wait_for(lock, period, [this] {
         return std::all_of(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->done.load(); });
       });
-    }
-    if (!announced_ && jobs_[0]->agg->started()) {
-      announced_ = true;
-      if (cmd_.verbosity > 0) err_ << scan_start_line(jobs_[0]->agg->scan_start()) << std::flush;
     }
     if (deciding_) measure(Clock::now());
     draw(false);

@@ -189,6 +189,7 @@ Ending watch(EngineChild child, Aggregator& agg, const ScanCommand& cmd, const S
   ::close(child.events);
   while (::waitpid(child.pid, &end.status, 0) < 0 && errno == EINTR) {
   }
+  if (child.output) child.output->finish();  // its last words before the verdict on it
   g_children[slot] = 0;
   return end;
 }

@@ -5,6 +5,7 @@
 // BATCHCHECK_TEST_FAULT (the engine child really dies of the signal).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
@@ -259,6 +260,79 @@ TEST(Supervisor, LibTorchsOwnLogLinesStayOffStderrUnlessVerbose) {
   // The user's own setting wins.
   BinaryRun asked = run_binary(w, "", "TORCH_CPP_LOG_LEVEL=WARNING GLOG_minloglevel=0 BATCHCHECK_TEST_FAULT=log:");
   EXPECT_NE(asked.err.find("batchcheck test: a LibTorch error"), std::string::npos) << asked.err;
+}
+
+// The diagnostics through the log (core/base/log.h): the engine child's lines relayed by the
+// supervisor with their source, the model's warning once, its print() escaped on stderr and raw
+// in --log-file's JSON lines, -v's lines in order; --log-level filters; the log file is never
+// an input of the run.
+TEST(Supervisor, TheEngineAndTheModelAreLoggedWithTheirSources) {
+  Workspace w("sup-logfile");
+  w.inputs(10, 3).float_targets(std::vector<float>(10, 0.0f))
+      .model("def forward(self, x):\n"
+             "    print('::error::spoof \x1b[31m')\n"
+             "    torch.warn('careful: a small batch')\n"
+             "    return x.sum(1, keepdim=True)\n")
+      .loader(R"({"batch_size": 2})");
+  const std::string log = w.file("scan.jsonl");
+  BinaryRun v = run_binary(w, "-v --log-file '" + log + "'");
+  ASSERT_EQ(v.code, 0) << v.err;
+  const std::string warning = "batchcheck: warning from the model: careful: a small batch\n";
+  const std::size_t at = v.err.find(warning);
+  EXPECT_NE(at, std::string::npos) << v.err;
+  EXPECT_EQ(v.err.find(warning, at + 1), std::string::npos) << "said once per distinct message:\n" << v.err;
+  EXPECT_NE(v.err.find("\\x3a:error::spoof \\x1b[31m\n"), std::string::npos) << v.err;
+  EXPECT_EQ(v.err.find("\n::error::"), std::string::npos) << v.err;
+  std::vector<Json> records;
+  {
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) records.push_back(Json::parse(line));
+  }
+  auto count = [&](const std::string& level, const std::string& source, const std::string& message) {
+    return std::count_if(records.begin(), records.end(), [&](const Json& r) {
+      return r["level"] == level && r["source"] == source && r["message"].get<std::string>().rfind(message, 0) == 0;
+    });
+  };
+  EXPECT_EQ(count("warn", "model", "careful: a small batch"), 1);
+  EXPECT_EQ(count("info", "model", "::error::spoof \x1b[31m"), 5) << "one a batch";
+  EXPECT_EQ(count("debug", "engine", "rank 0 batch "), 5);
+  std::vector<std::string> debug;
+  for (const auto& r : records) {
+    if (r["level"] == "debug") debug.push_back(r["message"]);
+  }
+  ASSERT_FALSE(debug.empty());
+  EXPECT_EQ(debug.front(), "batchcheck: 10 samples, checking 5 batches on cpu");  // before its batches
+  EXPECT_EQ(debug.back(), "rank 0 batch 4 (2 samples): ok");
+
+  BinaryRun quiet = run_binary(w, "--log-level warn");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("spoof"), std::string::npos) << quiet.err;
+  EXPECT_NE(quiet.err.find(warning), std::string::npos) << quiet.err;
+
+  BinaryRun loud = run_binary(w, "--log-level loud");
+  EXPECT_EQ(loud.code, 2);
+  EXPECT_EQ(loud.err, "batchcheck: error: --log-level: unknown level \"loud\" (expected debug, info, warn or error)\n");
+
+  // An error after the inputs are known is the log's last record.
+  std::filesystem::remove(log);
+  BinaryRun bad = run_binary(w, "--device tpu --log-file '" + log + "'");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  std::ifstream in(log);
+  std::string last;
+  for (std::string line; std::getline(in, line);) last = line;
+  ASSERT_FALSE(last.empty());
+  EXPECT_EQ(Json::parse(last)["level"], "error");
+  EXPECT_NE(Json::parse(last)["message"].get<std::string>().find("unknown device \"tpu\""), std::string::npos) << last;
+
+  // Never an input of the run.
+  const std::string cfg = w.file("cfg.json");
+  std::ifstream c0(cfg);
+  const std::string before((std::istreambuf_iterator<char>(c0)), std::istreambuf_iterator<char>());
+  BinaryRun clobber = run_binary(w, "--log-file '" + cfg + "'");
+  EXPECT_EQ(clobber.code, 2);
+  EXPECT_NE(clobber.err.find("batchcheck: error: " + cfg + ": --log-file: is the config"), std::string::npos) << clobber.err;
+  std::ifstream c1(cfg);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(c1)), std::istreambuf_iterator<char>()), before);
 }
 
 // 10 samples in batches of 2; sample 3's log is NaN. The localizer names aten::log; when it

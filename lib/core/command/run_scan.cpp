@@ -9,7 +9,7 @@ namespace batchcheck {
 ScanResult run_scan(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order,
                     std::ostream& log) {
   Aggregator agg(cfg, settings, log);
-  replay(cfg, settings, backend, order, agg, log);
+  replay(cfg, settings, backend, order, agg);
   return agg.result(agg.end_state());
 }
 

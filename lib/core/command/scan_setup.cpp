@@ -13,6 +13,7 @@
 
 #include "core/base/errors.h"
 #include "core/base/escape.h"
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/journal/shard.h"
 #include "core/views/html_view.h"
@@ -150,6 +151,7 @@ std::vector<RunFile> scan_outputs(const ScanCommand& cmd) {
     out.push_back({cmd.shard && !cmd.shard->job() ? shard_output_path(*cmd.output_path, *cmd.shard) : *cmd.output_path, "-o"});
   }
   for (auto& v : view_outputs(cmd.views)) out.push_back(std::move(v));
+  if (cmd.log_file) out.push_back({*cmd.log_file, "--log-file"});
   return out;
 }
 
@@ -228,6 +230,7 @@ Config prepare_scan_config(const ScanCommand& cmd) {
   check_view_targets(cmd.views);
   refuse_clobbering(scan_outputs(cmd), scan_inputs(cmd.config_path, cfg),
                     cfg.data.format == DataFormat::ImageFolder ? cfg.data.path : std::string());
+  open_log_file();  // no input of the run is the log file: it may be written now
 
   // Command-line flags override the config.
   if (cmd.device) {
@@ -302,7 +305,7 @@ void deliver_views(const ViewTargets& v, const nlohmann::ordered_json& report, s
   std::error_code ec;
   const std::uintmax_t used = std::filesystem::exists(*v.github_summary, ec) ? std::filesystem::file_size(*v.github_summary, ec) : 0;
   if (ec || used + kMargin >= kLimit) {
-    err << "batchcheck: warning: " << terminal_text(*v.github_summary) << " ($GITHUB_STEP_SUMMARY) has no room left for the summary\n";
+    log_warn(*v.github_summary + " ($GITHUB_STEP_SUMMARY) has no room left for the summary");
     return;
   }
   // The runner's own file: never through a link (a dangling one would land where it points,

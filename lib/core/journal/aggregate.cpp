@@ -56,13 +56,7 @@ void Aggregator::start(const ScanStart& s) {
     findings_.push_back(std::move(*f));
     first_batch_.emplace_back();
   }
-  if (settings_.verbosity > 0) log_ << scan_start_line(s);
   started_.store(true, std::memory_order_release);  // start_ is complete: scan_start() may be read
-}
-
-std::string scan_start_line(const ScanStart& s) {
-  return "batchcheck: " + std::to_string(s.data.samples) + " samples, checking " + std::to_string(s.replay_steps) +
-         " batches on " + s.device + "\n";
 }
 
 void Aggregator::begin(const StepInfo& s, const std::vector<int64_t>& indices) { open_[s.step] = {s, indices}; }

@@ -26,8 +26,6 @@ namespace batchcheck {
 
 class JournalWriter;
 
-// "batchcheck: 1041 samples, checking 131 batches on cpu" (-v).
-std::string scan_start_line(const ScanStart& s);
 // "\r[#####.....] 40/131 batches, ETA 3s " (the last one ends the line instead).
 std::string progress_line(uint64_t done, uint64_t total, double elapsed_seconds, bool final);
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "core/base/log.h"
 #include "core/config/config.h"
 #include "core/report/report.h"
 #include "core/scan/scan.h"
@@ -35,7 +36,9 @@ struct ScanCommand {
   std::optional<uint64_t> threads;
   // --batch-timeout: seconds one step may take; 0 = no limit; unset = automatic.
   std::optional<double> batch_timeout;
-  int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose
+  int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose (--log-level debug)
+  LogLevel log_level = LogLevel::info;     // --log-level (-v: debug); the engine child sends what passes it
+  std::optional<std::string> log_file;     // --log-file: the diagnostics as JSON lines
   bool progress = false;
   bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
   std::optional<Shard> shard;  // --shard, resolved (from the launcher's environment)

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/base/errors.h"
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/findings/error_text.h"
 #include "core/findings/findings.h"
@@ -55,8 +56,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
     check_batch(ctx);
     collect_pending();
     if (settings_.verbosity > 0) {
-      // One write per line: the jobs of a split scan share the parent's stderr.
-      log_ << ("probe batch of " + std::to_string(size) + ": " + (batch_has_error_ ? "findings" : "ok") + "\n") << std::flush;
+      log_debug("probe batch of " + std::to_string(size) + ": " + (batch_has_error_ ? "findings" : "ok"));
     }
     if (failing_) break;
   }
@@ -106,6 +106,11 @@ void Replayer::run(const OrderFn& order) {
   start.replay_steps = total;
   start.geometry = geometry_findings(plan, ranks, cfg_.loss.type);
   sink_.start(start);
+  // Said here, before its batches' lines; once: by job 0 of a --jobs scan, not again by a
+  // resumed replay.
+  if (settings_.verbosity > 0 && resume_.start_step == 0 && (!shard_ || !shard_->job() || shard_->index == 0)) {
+    log_debug(scan_start_line(start));
+  }
 
   auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
   // --fail-fast: the probes, then every rank's first and last batch, then the rest.
@@ -144,9 +149,8 @@ void Replayer::run(const OrderFn& order) {
     check_batch(ctx, have_next ? &next : nullptr);
     if (fail_fast) collect_pending();  // this step's findings decide whether to go on
     if (settings_.verbosity > 0) {
-      log_ << ("rank " + std::to_string(rank) + " batch " + std::to_string(b) + " (" + std::to_string(indices.size()) +
-               " samples): " + (batch_has_error_ ? "findings" : "ok") + "\n")
-           << std::flush;
+      log_debug("rank " + std::to_string(rank) + " batch " + std::to_string(b) + " (" + std::to_string(indices.size()) +
+                " samples): " + (batch_has_error_ ? "findings" : "ok"));
     }
     if (failing_) break;
     split_if_requested(following);
@@ -165,9 +169,14 @@ void Replayer::run(const OrderFn& order) {
 
 }  // namespace detail
 
+std::string scan_start_line(const ScanStart& s) {
+  return "batchcheck: " + std::to_string(s.data.samples) + " samples, checking " + std::to_string(s.replay_steps) +
+         " batches on " + s.device;
+}
+
 void replay(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order, ScanSink& sink,
-            std::ostream& log, const ReplayResume& resume) {
-  detail::Replayer r(cfg, settings, backend, sink, log, resume);
+            const ReplayResume& resume) {
+  detail::Replayer r(cfg, settings, backend, sink, resume);
   r.run(order);
 }
 

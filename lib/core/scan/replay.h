@@ -4,7 +4,6 @@
 // ScanSink step by step. A replay can resume: a fresh process after a crash starts at the
 // first step that did not end and skips the steps already reported.
 #include <cstdint>
-#include <ostream>
 #include <set>
 
 #include "core/config/config.h"
@@ -22,7 +21,11 @@ struct ReplayResume {
 };
 
 // Throws InputError for unusable input (an unreadable batch, a rank that does not exist).
+// "batchcheck: 1041 samples, checking 131 batches on cpu" (-v).
+std::string scan_start_line(const ScanStart& s);
+
+// Its -v lines (each batch, each probe) go to the log (core/base/log.h) at debug.
 void replay(const Config& cfg, const ScanSettings& settings, Backend& backend, const OrderFn& order, ScanSink& sink,
-            std::ostream& log, const ReplayResume& resume = {});
+            const ReplayResume& resume = {});
 
 }  // namespace batchcheck

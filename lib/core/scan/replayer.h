@@ -41,9 +41,8 @@ struct PendingPost {
 
 class Replayer {
  public:
-  Replayer(const Config& cfg, const ScanSettings& settings, Backend& backend, ScanSink& sink, std::ostream& log,
-           const ReplayResume& resume)
-      : cfg_(cfg), settings_(settings), backend_(backend), sink_(sink), log_(log), resume_(resume),
+  Replayer(const Config& cfg, const ScanSettings& settings, Backend& backend, ScanSink& sink, const ReplayResume& resume)
+      : cfg_(cfg), settings_(settings), backend_(backend), sink_(sink), resume_(resume),
         shard_(settings.shard), largest_ok_batch_(resume.largest_ok_batch) {}
 
   void run(const OrderFn& order);
@@ -80,7 +79,6 @@ class Replayer {
   const ScanSettings& settings_;
   Backend& backend_;
   ScanSink& sink_;
-  std::ostream& log_;
   const ReplayResume& resume_;
   std::optional<Shard> shard_;  // this replay's steps (settings_.shard, until it splits)
   bool backward_ = false;
