@@ -139,7 +139,7 @@ void set_up_log(const ScanArgs& a, ScanCommand& cmd) {
   set_log_level(cmd.log_level);
   if (!a.log_file.empty()) {
     if (a.log_file == "-") throw InputError("", "--log-file", "\"-\" is not a file: the log's text lines are on stderr already");
-    check_writable(a.log_file);
+    check_writable(a.log_file, "--log-file", "the log");
     cmd.log_file = a.log_file;
     set_log_file(a.log_file);
   }

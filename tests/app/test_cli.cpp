@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <sstream>
 
 #include "cli.h"
@@ -87,6 +88,22 @@ TEST(Cli, ThreadsAreBounded) {
   CliRun r = cli({"scan", "cfg.json", "--threads", "2147483648"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "batchcheck: error: --threads: 2147483648 is more than 1024 intra-op threads\n");
+}
+
+TEST(Cli, LogFlagsAreCheckedBeforeTheScan) {
+  EXPECT_EQ(cli({"scan", "cfg.json", "--log-level", "verbose"}).err,
+            "batchcheck: error: --log-level: unknown level \"verbose\" (expected debug, info, warn or error)\n");
+  EXPECT_EQ(cli({"scan", "cfg.json", "--log-level", "warnings"}).err,
+            "batchcheck: error: --log-level: unknown level \"warnings\"; did you mean \"warn\"? (expected debug, info, warn or error)\n");
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CliRun d = cli({"scan", "cfg.json", "--log-file", dir});
+  EXPECT_EQ(d.code, 2);
+  EXPECT_EQ(d.err, "batchcheck: error: " + dir + ": --log-file: cannot write the log: it is a directory\n");
+  EXPECT_EQ(cli({"scan", "cfg.json", "--log-file", "/no-such-folder/scan.jsonl"}).err,
+            "batchcheck: error: /no-such-folder/scan.jsonl: --log-file: cannot write the log: the folder /no-such-folder does not exist\n");
+  EXPECT_EQ(cli({"scan", "cfg.json", "--log-file", "-"}).err,
+            "batchcheck: error: --log-file: \"-\" is not a file: the log's text lines are on stderr already\n");
+  EXPECT_EQ(cli({"scan", "cfg.json", "-v", "--log-level", "warn"}).code, 2);
 }
 
 TEST(Cli, HelpAndVersion) {

@@ -22,18 +22,17 @@
 
 namespace batchcheck {
 
-void check_writable(const std::string& path) {
+void check_writable(const std::string& path, const std::string& flag, const std::string& what) {
   namespace fs = std::filesystem;
   fs::path p(path);
   fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " does not exist");
-  if (fs::is_directory(p, ec)) throw InputError(path, "", "cannot write the report: it is a directory");
+  const std::string cannot = "cannot write " + what + ": ";
+  if (!fs::is_directory(dir, ec)) throw InputError(path, flag, cannot + "the folder " + dir.string() + " does not exist");
+  if (fs::is_directory(p, ec)) throw InputError(path, flag, cannot + "it is a directory");
   // Opening a FIFO for writing waits for a reader that may never come.
-  if (fs::is_fifo(p, ec)) throw InputError(path, "", "cannot write the report: it is a FIFO; write to a regular file");
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw InputError(path, "", "cannot write the report: the folder " + dir.string() + " is not writable");
-  }
+  if (fs::is_fifo(p, ec)) throw InputError(path, flag, cannot + "it is a FIFO; write to a regular file");
+  if (::access(dir.c_str(), W_OK) != 0) throw InputError(path, flag, cannot + "the folder " + dir.string() + " is not writable");
 }
 
 namespace {

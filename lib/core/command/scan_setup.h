@@ -50,7 +50,8 @@ std::vector<RunFile> scan_outputs(const ScanCommand& cmd);
 // `image_root` (the dataset's folder) or is a hard link to one of its files.
 void refuse_clobbering(const std::vector<RunFile>& outputs, const std::vector<RunFile>& inputs,
                        const std::string& image_root = "");
-// Throws InputError unless a report can be written at `path`.
-void check_writable(const std::string& path);
+// Throws InputError unless `what` (the report, a view, the log) can be written at `path`;
+// `flag` is the error's where.
+void check_writable(const std::string& path, const std::string& flag = "", const std::string& what = "the report");
 
 }  // namespace batchcheck
