@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import unittest
+import warnings
 
 import torch
 from torch import nn
@@ -300,6 +301,32 @@ class TestScan(unittest.TestCase):
             page = report.html(os.path.join(tmp, "report.html"))
             with open(page) as f:
                 self.assertIn("<html", f.read())
+
+    def test_the_log_of_a_scan_names_the_models_warning_and_each_batch(self):
+        class Warns(nn.Module):  # scripted: the warning stays in the graph
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 4)
+
+            def forward(self, x):
+                if x.shape[0] < 8:
+                    warnings.warn("a batch of fewer than 8")
+                return self.fc(x.mean(dim=(2, 3)))
+
+        loader = DataLoader(Pairs(20), batch_size=8)
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "scan.jsonl")
+            report = batchcheck.scan(Warns(), loader, nn.CrossEntropyLoss(), quiet=True,
+                                     args=("--log-level", "debug", "--log-file", log))
+            with open(log) as f:
+                records = [json.loads(line) for line in f]
+        self.assertTrue(report.ok, report.text)
+        self.assertIn("batchcheck: warning from the model: a batch of fewer than 8", report.text)
+        said = [(r["level"], r["source"], r["message"]) for r in records]
+        self.assertEqual(said.count(("warn", "model", "a batch of fewer than 8")), 1, said)
+        batches = [m for (level, source, m) in said if level == "debug" and m.startswith("rank 0 batch ")]
+        self.assertEqual(batches, ["rank 0 batch 0 (8 samples): ok", "rank 0 batch 1 (8 samples): ok",
+                                   "rank 0 batch 2 (4 samples): ok"])
 
     def test_tensor_dataset_batches_are_the_loaders_own(self):
         # A TensorDataset under PyTorch's default_collate is read by indexing, without a Python
