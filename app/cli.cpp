@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <exception>
 #include <iostream>
 
@@ -111,6 +112,7 @@ struct ScanArgs {
   std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard,
       jobs = "auto", log_level, log_file;
   bool edges = false, quiet = false, verbose = false, no_backward = false, fail_fast = false;
+  const CLI::Option* log_file_option = nullptr;  // given (even as "") or not
   ViewArgs views;
 };
 
@@ -137,7 +139,8 @@ void set_up_log(const ScanArgs& a, ScanCommand& cmd) {
     cmd.log_level = LogLevel::debug;
   }
   set_log_level(cmd.log_level);
-  if (!a.log_file.empty()) {
+  if (a.log_file_option && a.log_file_option->count() > 0) {
+    if (a.log_file.empty()) throw InputError("", "--log-file", "an empty path: name the file to append the log to");
     if (a.log_file == "-") throw InputError("", "--log-file", "\"-\" is not a file: the log's text lines are on stderr already");
     check_writable(a.log_file, "--log-file", "the log");
     cmd.log_file = a.log_file;
@@ -183,7 +186,13 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.progress = interactive;
   cmd.views = view_targets(a.views);
   ScanOutcome o = run_scan_entry(cmd, out, err);
-  if (!o.complete && o.signal) return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
+  if (!o.complete && o.signal) {
+    if (o.report_written) {
+      log_warn(std::string("interrupted by ") + (o.signal == SIGINT ? "SIGINT" : o.signal == SIGTERM ? "SIGTERM" : "a signal") +
+               ": the report holds the batches checked so far (\"complete\": false)");
+    }
+    return 128 + o.signal;  // 130 for SIGINT, 143 for SIGTERM
+  }
   // A shard's findings are judged by merge: a non-zero exit would make torchrun stop the rest.
   if (cmd.shard) return 0;
   return o.failed ? 1 : 0;
@@ -322,15 +331,14 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       ->type_name("SECONDS");
   scan_cmd->add_flag("--no-backward", sc.no_backward,
                      "skip loss.backward() in train mode (overrides checks.backward; faster, misses backward-only errors)");
-  auto* quiet = scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary on stderr");
-  auto* verbose = scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch on stderr (--log-level debug)");
-  verbose->excludes(quiet);
+  scan_cmd->add_flag("-q,--quiet", sc.quiet, "no summary or progress bar on stderr (the log's lines stay: --log-level)");
+  auto* verbose = scan_cmd->add_flag("-v,--verbose", sc.verbose, "log every batch (--log-level debug)");
   scan_cmd->add_option("--log-level", sc.log_level,
-                       "the least diagnostics shown on stderr and in --log-file: debug (each batch), info (default: "
-                       "what the engine and the model print), warn, error")
+                       "the least that is logged, on stderr and in --log-file: debug (each batch), info (default: "
+                       "also what the engine and the model print), warn (or warning), error")
       ->type_name("LEVEL")
       ->excludes(verbose);
-  scan_cmd->add_option("--log-file", sc.log_file,
+  sc.log_file_option = scan_cmd->add_option("--log-file", sc.log_file,
                        "also append the diagnostics to FILE as JSON lines (time, level, source: batchcheck, engine or "
                        "model, message)")
       ->type_name("FILE");

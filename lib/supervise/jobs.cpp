@@ -171,7 +171,7 @@ void Jobs::measure(Clock::time_point now) {
   m.rss_bytes = proc_kb("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   m.available_bytes = proc_kb("/proc/meminfo", "MemAvailable");
   const JobsDecision d = decide_jobs(m);
-  if (cmd_.verbosity > 0) log_debug("batchcheck: --jobs auto: " + d.why);
+  log_debug("batchcheck: --jobs auto: " + d.why);
   if (d.jobs < 2) {
     discard_engine_child(standby_);
     return;
@@ -275,8 +275,9 @@ ScanOutcome Jobs::run(std::ostream& out) {
     }
   }
   if (!first) {
-    err_ << "batchcheck: interrupted while loading the model and the data: no report\n";
+    log_warn("interrupted while loading the model and the data: no report");
     outcome.complete = false;
+    outcome.report_written = false;
     return outcome;
   }
   // The whole scan: every job's committed steps in step order, as one child would tell them.

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "core/base/errors.h"
+#include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/journal/aggregate.h"
 #include "core/journal/journal.h"
@@ -342,9 +343,10 @@ ScanOutcome supervise_scan(const ScanCommand& cmd, std::ostream& out, std::ostre
   request.command = child_cmd;
   DriveResult r = drive(cmd, cfg, agg, opt, request, 0);
   if (!r.loaded) {
-    err << "batchcheck: interrupted while loading the model and the data: no report\n";
+    log_warn("interrupted while loading the model and the data: no report");
     ScanOutcome o;
     o.complete = false;
+    o.report_written = false;
     o.signal = g_signal;
     return o;
   }

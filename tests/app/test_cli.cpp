@@ -103,6 +103,8 @@ TEST(Cli, LogFlagsAreCheckedBeforeTheScan) {
             "batchcheck: error: /no-such-folder/scan.jsonl: --log-file: cannot write the log: the folder /no-such-folder does not exist\n");
   EXPECT_EQ(cli({"scan", "cfg.json", "--log-file", "-"}).err,
             "batchcheck: error: --log-file: \"-\" is not a file: the log's text lines are on stderr already\n");
+  EXPECT_EQ(cli({"scan", "cfg.json", "--log-file", ""}).err,
+            "batchcheck: error: --log-file: an empty path: name the file to append the log to\n");
   EXPECT_EQ(cli({"scan", "cfg.json", "-v", "--log-level", "warn"}).code, 2);
 }
 

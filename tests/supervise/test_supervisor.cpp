@@ -241,6 +241,10 @@ TEST(Supervisor, SigintDuringAnEndlessForwardExits130WithinTwoSeconds) {
   Json r = Json::parse(in);
   EXPECT_EQ(r["complete"], false);
   EXPECT_EQ(r["batches"]["checked"], 2);
+  std::ifstream said(log);
+  const std::string err((std::istreambuf_iterator<char>(said)), std::istreambuf_iterator<char>());
+  EXPECT_NE(err.find("batchcheck: warning: interrupted by SIGINT: the report holds the batches checked so far (\"complete\": false)\n"),
+            std::string::npos) << err;
   // No temp file left beside the report.
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(out).parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
@@ -323,6 +327,39 @@ TEST(Supervisor, TheEngineAndTheModelAreLoggedWithTheirSources) {
   ASSERT_FALSE(last.empty());
   EXPECT_EQ(Json::parse(last)["level"], "error");
   EXPECT_NE(Json::parse(last)["message"].get<std::string>().find("unknown device \"tpu\""), std::string::npos) << last;
+
+  // -q leaves out the summary, not the log.
+  std::filesystem::remove(log);
+  BinaryRun q = run_binary(w, "-q -v --log-file '" + log + "'");
+  EXPECT_EQ(q.code, 0) << q.err;
+  EXPECT_NE(q.err.find("rank 0 batch 4 (2 samples): ok\n"), std::string::npos) << q.err;
+  EXPECT_EQ(q.err.find("verdict:"), std::string::npos) << q.err;
+  std::ifstream qin(log);
+  const std::string qlog((std::istreambuf_iterator<char>(qin)), std::istreambuf_iterator<char>());
+  EXPECT_NE(qlog.find("\"rank 0 batch 4 (2 samples): ok\""), std::string::npos) << qlog;
+
+  // The model's warning once a run, however many engine children saw it.
+  BinaryRun jobs = run_binary(w, "--jobs 2");
+  EXPECT_EQ(jobs.code, 0) << jobs.err;
+  const std::size_t first = jobs.err.find(warning);
+  EXPECT_NE(first, std::string::npos) << jobs.err;
+  EXPECT_EQ(jobs.err.find(warning, first + 1), std::string::npos) << jobs.err;
+
+  // A log that cannot be written is said once; the scan goes on.
+  BinaryRun full = run_binary(w, "-v --log-file /dev/full");
+  EXPECT_EQ(full.code, 0) << full.err;
+  const std::string said = "batchcheck: warning: /dev/full: --log-file: cannot write the log: No space left on device; it stops "
+                           "here, the scan goes on\n";
+  const std::size_t once = full.err.find(said);
+  EXPECT_NE(once, std::string::npos) << full.err;
+  EXPECT_EQ(full.err.find(said, once + 1), std::string::npos) << full.err;
+
+  // A log file that is another output's is refused, and not even its error is written there.
+  const std::string report = w.file("report.json");
+  BinaryRun shared = run_binary(w, "--log-file '" + report + "'");
+  EXPECT_EQ(shared.code, 2);
+  EXPECT_EQ(shared.err, "batchcheck: error: " + report + ": --log-file: is also the file of -o: two outputs of one run cannot share a file\n");
+  EXPECT_FALSE(std::filesystem::exists(report));
 
   // Never an input of the run.
   const std::string cfg = w.file("cfg.json");

@@ -8,20 +8,17 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
-// The log file's descriptor is not inherited by the engine children.
-#ifndef SPDLOG_PREVENT_CHILD_FD
-#define SPDLOG_PREVENT_CHILD_FD
-#endif
-#include <spdlog/details/file_helper.h>
 #include <spdlog/logger.h>
 #include <spdlog/sinks/base_sink.h>
 
@@ -95,50 +92,71 @@ class TextSink : public spdlog::sinks::base_sink<std::mutex> {
   std::ostream& os_;
 };
 
-// --log-file: JSON lines, appended. Held in memory until the run knows its inputs (open()).
+// --log-file: JSON lines, appended, one write() each (lines of several processes appending to
+// one file stay whole). Held in memory until the run knows its inputs (open()). A write that
+// fails (a full disk) is said once on stderr, and the log stops there: the scan goes on.
 class JsonFileSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  explicit JsonFileSink(std::string path) : path_(std::move(path)) {}
+  JsonFileSink(std::string path, std::ostream* text) : path_(std::move(path)), text_(text) {}
+  ~JsonFileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JsonFileSink(const JsonFileSink&) = delete;
+  JsonFileSink& operator=(const JsonFileSink&) = delete;
 
   void open(bool only_if_new) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (opened_) return;
-    if (only_if_new && ::access(path_.c_str(), F_OK) == 0) return;
-    try {
-      file_.open(path_, false);
-    } catch (const spdlog::spdlog_ex& e) {
-      throw InputError(path_, "--log-file", std::string("cannot write the log: ") + e.what());
+    if (fd_ >= 0 || failed_) return;
+    const int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | (only_if_new ? O_EXCL : 0);
+    fd_ = ::open(path_.c_str(), flags, 0644);
+    if (fd_ < 0) {
+      const int err = errno;
+      if (only_if_new) return;
+      throw InputError(path_, "--log-file", std::string("cannot write the log: ") + std::strerror(err));
     }
-    opened_ = true;
     for (const auto& line : held_) write_line(line);
     held_.clear();
-    file_.flush();
   }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     std::string line = log_json_line(utc_time(msg.time), from_spdlog(msg.level), source_of(msg.logger_name), payload(msg));
-    if (opened_) {
+    line += '\n';
+    if (fd_ >= 0) {
       write_line(line);
-    } else {
+    } else if (!failed_) {
       held_.push_back(std::move(line));
     }
   }
-  void flush_() override {
-    if (opened_) file_.flush();
-  }
+  void flush_() override {}
 
  private:
   void write_line(const std::string& line) {
-    spdlog::memory_buf_t buf;
-    buf.append(line.data(), line.data() + line.size());
-    buf.push_back('\n');
-    file_.write(buf);
+    if (failed_) return;
+    const char* p = line.data();
+    std::size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        failed_ = true;
+        if (text_) {
+          *text_ << log_text_line(LogLevel::warn, LogSource::batchcheck,
+                                  path_ + ": --log-file: cannot write the log: " +
+                                      std::strerror(n < 0 ? errno : ENOSPC) + "; it stops here, the scan goes on")
+                 << '\n' << std::flush;
+        }
+        return;
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
   }
 
   std::string path_;
-  spdlog::details::file_helper file_;
-  bool opened_ = false;
+  std::ostream* text_;
+  int fd_ = -1;
+  bool failed_ = false;
   std::vector<std::string> held_;
 };
 
@@ -207,6 +225,8 @@ std::shared_ptr<LogState> default_state() {
 std::shared_ptr<LogState> g_state;         // null: default_state()
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
 std::ostream* g_text = nullptr;            // the scope's text stream
+std::mutex g_seen_mutex;
+std::set<std::string> g_seen_model_warnings;  // relayed this run (relay_child_line)
 // The enclosing scopes' states and text streams.
 std::vector<std::pair<std::shared_ptr<LogState>, std::ostream*>> g_saved;
 
@@ -257,6 +277,10 @@ const char* log_source_name(LogSource source) {
 }
 
 LogScope::LogScope(std::ostream& text) {
+  {
+    std::lock_guard<std::mutex> lock(g_seen_mutex);
+    g_seen_model_warnings.clear();
+  }
   g_saved.emplace_back(std::atomic_load(&g_state), g_text);
   g_text = &text;
   rebuild(LogLevel::info, nullptr);
@@ -281,7 +305,11 @@ LogScope::~LogScope() {
 void set_log_level(LogLevel level) { rebuild(level, current()->file); }
 
 void set_log_file(const std::string& path) {
-  rebuild(current()->level, path.empty() ? nullptr : std::make_shared<JsonFileSink>(path));
+  rebuild(current()->level, path.empty() ? nullptr : std::make_shared<JsonFileSink>(path, g_text));
+}
+
+void drop_log_file() {
+  if (current()->file) rebuild(current()->level, nullptr);
 }
 
 void open_log_file() {
@@ -306,7 +334,13 @@ void relay_child_line(std::string_view line) {
       const auto level = parse_log_level(j["level"].get<std::string>());
       const std::string source = j["source"].get<std::string>();
       if (level) {
-        log(*level, source == "model" ? LogSource::model : LogSource::engine, j["message"].get<std::string>());
+        const std::string message = j["message"].get<std::string>();
+        // A model's warning once a run, however many engine children (--jobs, a resume) saw it.
+        if (source == "model" && *level == LogLevel::warn) {
+          std::lock_guard<std::mutex> lock(g_seen_mutex);
+          if (!g_seen_model_warnings.insert(message).second) return;
+        }
+        log(*level, source == "model" ? LogSource::model : LogSource::engine, message);
         return;
       }
     }

@@ -40,6 +40,8 @@ void set_log_file(const std::string& path);
 
 // Opens the log file and writes what was held. Throws InputError where it cannot be opened.
 void open_log_file();
+// The run refused its log file (another output's, or an input's): nothing is written there.
+void drop_log_file();
 
 // The engine child: every record at `level` and above goes to the supervisor on fd 2 as one
 // line ("\x1e" and its JSON), for relay_child_line() to log with its level and source.
@@ -57,8 +59,9 @@ inline void log_warn(std::string_view message) { log(LogLevel::warn, LogSource::
 inline void log_error(std::string_view message) { log(LogLevel::error, LogSource::batchcheck, message); }
 
 // The supervisor: one line the engine child wrote on its stderr. A record log_to_parent() sent
-// is logged with its level and source ("batchcheck" there is "engine" here); anything else
-// (LibTorch's own lines, a print()) is the engine's, at info.
+// is logged with its level and source ("batchcheck" there is "engine" here; the model's
+// warning once a run, whichever child saw it); anything else (LibTorch's own lines, a print())
+// is the engine's, at info.
 void relay_child_line(std::string_view line);
 
 // The human line of a record, as the text sink writes it (without its newline):

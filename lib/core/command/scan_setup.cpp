@@ -159,6 +159,7 @@ void refuse_clobbering(const std::vector<RunFile>& outputs, const std::vector<Ru
     const RunFile& o = outputs[i];
     for (const RunFile& in : inputs) {
       if (!in.path.empty() && same_file(o.path, in.path)) {
+        if (o.what == "--log-file") drop_log_file();
         throw InputError(o.path, o.what, "is " + in.what + ", an input of this run: refusing to overwrite it");
       }
     }
@@ -168,6 +169,7 @@ void refuse_clobbering(const std::vector<RunFile>& outputs, const std::vector<Ru
     }
     for (std::size_t k = 0; k < i; ++k) {
       if (same_file(o.path, outputs[k].path)) {
+        if (o.what == "--log-file" || outputs[k].what == "--log-file") drop_log_file();  // not even this error
         throw InputError(o.path, o.what, "is also the file of " + outputs[k].what + ": two outputs of one run cannot share a file");
       }
     }

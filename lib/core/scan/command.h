@@ -50,6 +50,7 @@ struct ScanOutcome {
   bool failed = false;    // the verdict
   bool complete = true;   // false if interrupted
   int signal = 0;         // the signal that interrupted the scan, if any
+  bool report_written = true;  // false: interrupted before there was anything to report
 };
 
 }  // namespace batchcheck

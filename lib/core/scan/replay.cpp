@@ -55,7 +55,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
     BatchContext ctx{StepInfo{step, std::nullopt, std::nullopt, true, size}, &probe, false};
     check_batch(ctx);
     collect_pending();
-    if (settings_.verbosity > 0) {
+    if (log_enabled(LogLevel::debug)) {
       log_debug("probe batch of " + std::to_string(size) + ": " + (batch_has_error_ ? "findings" : "ok"));
     }
     if (failing_) break;
@@ -108,7 +108,7 @@ void Replayer::run(const OrderFn& order) {
   sink_.start(start);
   // Said here, before its batches' lines; once: by job 0 of a --jobs scan, not again by a
   // resumed replay.
-  if (settings_.verbosity > 0 && resume_.start_step == 0 && (!shard_ || !shard_->job() || shard_->index == 0)) {
+  if (log_enabled(LogLevel::debug) && resume_.start_step == 0 && (!shard_ || !shard_->job() || shard_->index == 0)) {
     log_debug(scan_start_line(start));
   }
 
@@ -148,9 +148,9 @@ void Replayer::run(const OrderFn& order) {
     BatchContext ctx{StepInfo{*step, rank, b, false, indices.size()}, &indices, rank == ranks.front()};
     check_batch(ctx, have_next ? &next : nullptr);
     if (fail_fast) collect_pending();  // this step's findings decide whether to go on
-    if (settings_.verbosity > 0) {
-      log_debug("rank " + std::to_string(rank) + " batch " + std::to_string(b) + " (" + std::to_string(indices.size()) +
-                " samples): " + (batch_has_error_ ? "findings" : "ok"));
+    if (log_enabled(LogLevel::debug)) {
+      log_debug("rank " + std::to_string(rank) + " batch " + std::to_string(b) + " (" + plural(indices.size(), "sample") +
+                "): " + (batch_has_error_ ? "findings" : "ok"));
     }
     if (failing_) break;
     split_if_requested(following);
