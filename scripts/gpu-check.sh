@@ -8,6 +8,7 @@
 #          and the real PyTorch loop on cuda (a child process) hits the device-side assert at the
 #          batch batchcheck named, which batchcheck reported without running into it;
 #   (b)    the seed's convolutional model on cuda: no crash, the scan complete;
+#   (g)    --log-file on cuda: the engine child's lines relayed, with their source;
 #   (c)    a device-side assert inside forward at two batches (nn.Embedding): both found, each
 #          naming its sample, the scan complete;
 #   (d)    batchcheck.scan() over a DataLoader with 2 workers, the model already on cuda;
@@ -117,6 +118,21 @@ if [[ $DEV == cuda ]]; then
       "(a) $c: the real loop on cuda asserts at batch $batch, batchcheck named $named ($(grep -m1 -o 'Assertion.*failed' "$OUT/$c.assert.stderr" || echo "$error"))"
   done
 fi
+
+say "(g) the log of a scan on $DEV: the engine child's lines relayed, with their source"
+"$BC" scan sample_configs/segmentation_tail.json --device "$DEV" -q --log-level debug --log-file "$OUT/log.$DEV.jsonl" \
+  -o "$OUT/log.$DEV.json" 2>"$OUT/log.$DEV.stderr"
+got=$("$PY" - "$OUT/log.$DEV.jsonl" "$OUT/log.$DEV.json" "$DEV" <<'PYEOF' 2>&1
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+checked = json.load(open(sys.argv[2]))["batches"]["checked"]
+debug = [r["message"] for r in records if r["level"] == "debug" and r["source"] == "engine"]
+batches = [m for m in debug if m.startswith("rank ")]
+ok = bool(debug) and debug[0].startswith("batchcheck: ") and " on " + sys.argv[3] in debug[0] and len(batches) >= checked - 2
+print("ok" if ok else "bad", len(records), "records,", len(batches), "batch lines for", checked, "checked; first:", debug[:1])
+PYEOF
+)
+check "$([[ $got == ok* ]]; echo $?)" "(g) the log on $DEV: $got"
 
 say "(c) a device-side assert inside forward, at two batches"
 "$PY" tests/e2e/cuda/gpu_checks.py embedding "$OUT" --device "$DEV" 2>"$OUT/embedding.stderr" || failures=$((failures + $?))
