@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/files.h"
 #include "core/base/log.h"
 #include "core/base/text.h"
 #include "supervise/drive.h"
@@ -130,15 +131,7 @@ EngineChild start_engine_child(const SupervisorOptions& opt) {
 }
 
 void send_request(EngineChild& child, const std::string& request) {
-  const char* p = request.data();
-  std::size_t left = request.size();
-  while (left > 0) {
-    ssize_t n = ::write(child.request, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the child died already: its exit status says how
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  write_all(child.request, request);  // a failure: the child died already, its exit status says how
   ::close(child.request);
   child.request = -1;
 }

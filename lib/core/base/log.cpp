@@ -24,6 +24,7 @@
 
 #include "core/base/errors.h"
 #include "core/base/escape.h"
+#include "core/base/files.h"
 #include "core/base/text.h"
 
 namespace batchcheck {
@@ -133,23 +134,14 @@ class JsonFileSink : public spdlog::sinks::base_sink<std::mutex> {
  private:
   void write_line(const std::string& line) {
     if (failed_) return;
-    const char* p = line.data();
-    std::size_t left = line.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd_, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        failed_ = true;
-        if (text_) {
-          *text_ << log_text_line(LogLevel::warn, LogSource::batchcheck,
-                                  path_ + ": --log-file: cannot write the log: " +
-                                      std::strerror(n < 0 ? errno : ENOSPC) + "; it stops here, the scan goes on")
-                 << '\n' << std::flush;
-        }
-        return;
+    if (const int err = write_all(fd_, line)) {
+      failed_ = true;
+      if (text_) {
+        *text_ << log_text_line(LogLevel::warn, LogSource::batchcheck,
+                                path_ + ": --log-file: cannot write the log: " + std::strerror(err) +
+                                    "; it stops here, the scan goes on")
+               << '\n' << std::flush;
       }
-      p += n;
-      left -= static_cast<std::size_t>(n);
     }
   }
 
@@ -177,15 +169,7 @@ class ParentSink : public spdlog::sinks::base_sink<std::mutex> {
     const std::string line = kRecordMark +
                              log_json_line(utc_time(msg.time), from_spdlog(msg.level), source_of(msg.logger_name), payload(msg)) +
                              '\n';
-    const char* p = line.data();
-    std::size_t left = line.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd_ >= 0 ? fd_ : STDERR_FILENO, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;  // the supervisor is gone: nobody to tell
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
+    write_all(fd_ >= 0 ? fd_ : STDERR_FILENO, line);  // a failure: the supervisor is gone, nobody to tell
   }
   void flush_() override {}
 

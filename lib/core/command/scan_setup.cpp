@@ -13,6 +13,7 @@
 
 #include "core/base/errors.h"
 #include "core/base/escape.h"
+#include "core/base/files.h"
 #include "core/base/log.h"
 #include "core/base/text.h"
 #include "core/journal/shard.h"
@@ -42,17 +43,6 @@ namespace fs = std::filesystem;
 // Whether two paths name one file: the same inode where both exist (a symlink or a hard link
 // to it included); else the same path once symlinks and dots are resolved (two outputs not
 // written yet).
-// Writes all of `text` to `fd` (a short write or EINTR goes on); 0, or the errno that stopped it.
-int write_all(int fd, const std::string& text) {
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : ENOSPC;
-    done += static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   const bool a_exists = fs::exists(a, ec), b_exists = fs::exists(b, ec);

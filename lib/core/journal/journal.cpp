@@ -1,9 +1,9 @@
 #include "core/journal/journal.h"
 
-#include <cerrno>
 #include <unistd.h>
 
 #include "core/base/errors.h"
+#include "core/base/files.h"
 
 namespace batchcheck {
 
@@ -161,15 +161,7 @@ void JournalWriter::write(const json& j) {
   }
   std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
   line += '\n';
-  const char* p = line.data();
-  std::size_t left = line.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ::_exit(1);  // the supervisor is gone
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  if (write_all(fd_, line) != 0) ::_exit(1);  // the supervisor is gone
 }
 
 void JournalWriter::start(const ScanStart& s) {
