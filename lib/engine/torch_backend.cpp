@@ -16,6 +16,8 @@
 #include <future>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "core/base/errors.h"
 #include "core/base/log.h"
@@ -67,11 +69,19 @@ class TorchBatchView : public BatchView {
   Localize localize_;  // holds the batch's inputs
 };
 
-// Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): a record from the
-// model (said once a run: core/base/log.h), instead of glog's multi-line banner on every batch.
+// Warnings the model raises (TorchScript's warnings.warn, TORCH_WARN): one record each, from
+// the model, once per distinct message, instead of glog's multi-line banner on every batch.
 class ModelWarnings : public compat::WarningSink {
  public:
-  void on_warning(const std::string& message) override { log(LogLevel::warn, LogSource::model, message); }
+  void on_warning(const std::string& message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!seen_.insert(message).second) return;
+    log(LogLevel::warn, LogSource::model, message);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> seen_;
 };
 
 

@@ -210,7 +210,7 @@ std::shared_ptr<LogState> g_state;         // null: default_state()
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
 std::ostream* g_text = nullptr;            // the scope's text stream
 std::mutex g_seen_mutex;
-std::set<std::string, std::less<>> g_seen_model_warnings;  // the model's warnings said this run (log())
+std::set<std::string> g_seen_model_warnings;  // relayed this run (relay_child_line)
 // The enclosing scopes' states and text streams.
 std::vector<std::pair<std::shared_ptr<LogState>, std::ostream*>> g_saved;
 
@@ -306,12 +306,6 @@ bool log_enabled(LogLevel level) { return static_cast<int>(level) >= g_level.loa
 
 void log(LogLevel level, LogSource source, std::string_view message) {
   if (!log_enabled(level)) return;
-  // A model's warning once a run, however many batches, engine children (--jobs, a resume)
-  // or processes on its way (the child, then the supervisor) raise it.
-  if (source == LogSource::model && level == LogLevel::warn) {
-    std::lock_guard<std::mutex> lock(g_seen_mutex);
-    if (!g_seen_model_warnings.emplace(message).second) return;
-  }
   const auto s = current();
   s->loggers[static_cast<int>(source)]->log(to_spdlog(level), spdlog::string_view_t(message.data(), message.size()));
 }
@@ -324,7 +318,13 @@ void relay_child_line(std::string_view line) {
       const auto level = parse_log_level(j["level"].get<std::string>());
       const std::string source = j["source"].get<std::string>();
       if (level) {
-        log(*level, source == "model" ? LogSource::model : LogSource::engine, j["message"].get<std::string>());
+        const std::string message = j["message"].get<std::string>();
+        // A model's warning once a run, however many engine children (--jobs, a resume) saw it.
+        if (source == "model" && *level == LogLevel::warn) {
+          std::lock_guard<std::mutex> lock(g_seen_mutex);
+          if (!g_seen_model_warnings.insert(message).second) return;
+        }
+        log(*level, source == "model" ? LogSource::model : LogSource::engine, message);
         return;
       }
     }

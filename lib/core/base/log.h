@@ -52,7 +52,6 @@ bool log_enabled(LogLevel level);
 
 // One record. `message` is raw: the text line escapes it (terminal_text), the JSON line
 // encodes it. A multi-line message is one record; on stderr each line is escaped and kept.
-// A model's warning is said once a run (a LogScope, or the engine child's process).
 void log(LogLevel level, LogSource source, std::string_view message);
 inline void log_debug(std::string_view message) { log(LogLevel::debug, LogSource::batchcheck, message); }
 inline void log_info(std::string_view message) { log(LogLevel::info, LogSource::batchcheck, message); }
@@ -60,8 +59,9 @@ inline void log_warn(std::string_view message) { log(LogLevel::warn, LogSource::
 inline void log_error(std::string_view message) { log(LogLevel::error, LogSource::batchcheck, message); }
 
 // The supervisor: one line the engine child wrote on its stderr. A record log_to_parent() sent
-// is logged with its level and source ("batchcheck" there is "engine" here); anything else
-// (LibTorch's own lines, a print()) is the engine's, at info.
+// is logged with its level and source ("batchcheck" there is "engine" here; the model's
+// warning once a run, whichever child saw it); anything else (LibTorch's own lines, a print())
+// is the engine's, at info.
 void relay_child_line(std::string_view line);
 
 // The human line of a record, as the text sink writes it (without its newline):

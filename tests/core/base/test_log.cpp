@@ -94,24 +94,6 @@ TEST(Log, TheLevelDecidesWhatIsWritten) {
   EXPECT_EQ(text.str().find("after"), std::string::npos);
 }
 
-TEST(Log, AModelsWarningIsSaidOnceARun) {
-  for (int run = 0; run < 2; ++run) {
-    std::ostringstream text;
-    LogScope scope(text);
-    log(LogLevel::warn, LogSource::model, "degrees of freedom <= 0");
-    log(LogLevel::warn, LogSource::model, "degrees of freedom <= 0");  // the next batch, another child
-    log(LogLevel::warn, LogSource::model, "another one");
-    log_warn("degrees of freedom <= 0");  // not the model's: said each time
-    log_warn("degrees of freedom <= 0");
-    EXPECT_EQ(text.str(),
-              "batchcheck: warning from the model: degrees of freedom <= 0\n"
-              "batchcheck: warning from the model: another one\n"
-              "batchcheck: warning: degrees of freedom <= 0\n"
-              "batchcheck: warning: degrees of freedom <= 0\n")
-        << "run " << run;
-  }
-}
-
 TEST(Log, TheFileIsWrittenOnceTheInputsAreKnown) {
   const std::string path = temp_path("run.jsonl");
   std::ostringstream text;
