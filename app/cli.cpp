@@ -182,7 +182,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   cmd.edges = a.edges;
   cmd.fail_fast = a.fail_fast;
   cmd.no_backward = a.no_backward;
-  cmd.verbosity = a.quiet ? -1 : cmd.log_level == LogLevel::debug ? 1 : 0;
+  cmd.quiet = a.quiet;
   cmd.progress = interactive;
   cmd.views = view_targets(a.views);
   ScanOutcome o = run_scan_entry(cmd, out, err);
@@ -213,7 +213,7 @@ int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
   ScanCommand cmd;
   if (!a.output.empty()) cmd.output_path = a.output;
   cmd.fail_on = in.fail_on;
-  cmd.verbosity = a.quiet ? -1 : 0;
+  cmd.quiet = a.quiet;
   cmd.views = view_targets(a.views);
   std::vector<RunFile> parts;
   for (std::size_t i = 0; i < a.parts.size(); ++i) parts.push_back({a.parts[i], "part " + std::to_string(i + 1) + " being merged"});

@@ -127,7 +127,6 @@ void Jobs::start(std::size_t k, uint64_t count, uint64_t from, const ReplayResum
   j.cmd.threads = threads_per_job(threads_, cmd_.jobs ? count : max_jobs_);
   j.settings = scan_settings(j.cmd);
   j.settings.progress = false;
-  j.settings.verbosity = std::min(cmd_.verbosity, 0);  // the parent says it once for all jobs
   j.agg = std::make_unique<Aggregator>(cfg_, j.settings, j.log);
   j.request.command = j.cmd;
   j.request.resume = resume;
@@ -216,7 +215,7 @@ bool Jobs::start_split_jobs() {
 }
 
 void Jobs::draw(bool final) {
-  if (!cmd_.progress || cmd_.verbosity < 0) return;
+  if (!cmd_.progress || cmd_.quiet) return;
   const auto now = Clock::now();
   if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
@@ -301,7 +300,6 @@ ScanOutcome Jobs::run(std::ostream& out) {
   draw(true);
   ScanSettings settings = scan_settings(cmd_);
   settings.progress = false;
-  settings.verbosity = std::min(cmd_.verbosity, 0);  // said while the jobs ran
   Aggregator agg(cfg_, settings, err_);
   ScanResult result = join_steps(agg, first->agg->start_line(), from, steps, notes, end);
   outcome.failed = result.failed;

@@ -89,7 +89,7 @@ TEST(Supervisor, ReportEqualsTheInProcessScan) {
     ScanCommand cmd;
     cmd.config_path = cfg;
     cmd.output_path = dir.file("inproc.json");
-    cmd.verbosity = -1;
+    cmd.quiet = true;
     cmd.handle_signals = false;
     cmd.threads = 1;
     std::ostringstream out, err;

@@ -246,7 +246,7 @@ ScanSettings scan_settings(const ScanCommand& cmd) {
   settings.edges = cmd.edges;
   settings.fail_fast = cmd.fail_fast;
   settings.rank = cmd.rank;
-  settings.verbosity = cmd.verbosity;
+  settings.quiet = cmd.quiet;
   settings.progress = cmd.progress;
   settings.shard = cmd.shard;
   return settings;
@@ -258,7 +258,7 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
     // torchrun stop the other shards).
     const std::string path = shard_output_path(cmd.output_path.value_or("-"), *cmd.shard);
     write_file_atomically(path, result.partial.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
-    if (cmd.verbosity >= 0) {
+    if (!cmd.quiet) {
       err << "batchcheck: shard " << cmd.shard->index << "/" << cmd.shard->count << " (" << cmd.shard->source << "): checked "
           << plural(result.batches_checked, "batch", "batches") << ", wrote " << path
           << "; batchcheck merge joins the parts into the report\n";
@@ -275,7 +275,7 @@ void deliver_report(const ScanCommand& cmd, const ScanResult& result, std::ostre
     if (!out) throw InputError("<stdout>", "", "cannot write the report (standard output is closed or full); use -o FILE");
   }
   deliver_views(cmd.views, result.report, err);
-  if (cmd.verbosity >= 0) err << format_summary(result);
+  if (!cmd.quiet) err << format_summary(result);
 }
 
 void check_view_targets(const ViewTargets& v) {

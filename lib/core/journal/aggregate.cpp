@@ -301,7 +301,7 @@ std::string progress_line(uint64_t done, uint64_t total, double elapsed, bool fi
 }
 
 void Aggregator::progress(bool final) {
-  if (!settings_.progress || settings_.verbosity < 0) return;
+  if (!settings_.progress || settings_.quiet) return;
   auto now = std::chrono::steady_clock::now();
   if (!final && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;

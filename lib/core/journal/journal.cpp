@@ -100,7 +100,7 @@ json command_json(const ScanCommand& c) {
           {"edges", c.edges}, {"no_backward", c.no_backward}, {"max_batches", opt(c.max_batches)},
           {"rank", opt(c.rank)}, {"threads", opt(c.threads)}, {"batch_timeout", opt(c.batch_timeout)},
           {"fail_fast", c.fail_fast},
-          {"verbosity", c.verbosity}, {"log_level", log_level_name(c.log_level)}, {"progress", c.progress}, {"handle_signals", c.handle_signals},
+          {"quiet", c.quiet}, {"log_level", log_level_name(c.log_level)}, {"progress", c.progress}, {"handle_signals", c.handle_signals},
           {"shard", c.shard ? json{c.shard->index, c.shard->count, c.shard->source, c.shard->from} : json()}};
 }
 ScanCommand command_of(const json& j) {
@@ -117,7 +117,7 @@ ScanCommand command_of(const json& j) {
   c.threads = opt_of<uint64_t>(j.at("threads"));
   c.fail_fast = j.at("fail_fast").get<bool>();
   c.batch_timeout = opt_of<double>(j.at("batch_timeout"));
-  c.verbosity = j.at("verbosity").get<int>();
+  c.quiet = j.at("quiet").get<bool>();
   c.log_level = parse_log_level(j.at("log_level").get<std::string>()).value_or(LogLevel::info);
   c.progress = j.at("progress").get<bool>();
   c.handle_signals = j.at("handle_signals").get<bool>();

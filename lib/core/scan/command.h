@@ -36,7 +36,7 @@ struct ScanCommand {
   std::optional<uint64_t> threads;
   // --batch-timeout: seconds one step may take; 0 = no limit; unset = automatic.
   std::optional<double> batch_timeout;
-  int verbosity = 0;  // -1 quiet, 0 normal, 1 verbose (--log-level debug)
+  bool quiet = false;  // -q: no summary, no progress line
   LogLevel log_level = LogLevel::info;     // --log-level (-v: debug); the engine child sends what passes it
   std::optional<std::string> log_file;     // --log-file: the diagnostics as JSON lines
   bool progress = false;

@@ -43,7 +43,7 @@ struct ScanSettings {
   // finding that fails the gate (--fail-fast).
   bool fail_fast = false;
   std::optional<uint64_t> rank;  // only this rank
-  int verbosity = 0;             // -1 quiet, 0 normal, 1 verbose
+  bool quiet = false;            // -q: no summary, no progress line (the log is its own: core/base/log.h)
   bool progress = false;         // draw a progress line (stderr is a terminal)
   std::string libtorch_version;
   // Set asynchronously (by a signal handler): stop after the current batch.
