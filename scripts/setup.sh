@@ -2,6 +2,8 @@
 # Installs exactly what batchcheck needs and this machine lacks: Debian packages with apt-get,
 # and (default build) torch 2.15.0 in a virtual environment outside the checkout, with pip.
 # Idempotent: prints nothing and touches nothing when everything is already there.
+# --print-packages: the Debian packages this set-up installs, one a line, and nothing else
+# (the suite checks that every file a build reads comes from them: tools/build_deps.py).
 # Which torch: see scripts/torch-env.sh (BATCHCHECK_TORCH=pip|debian, BATCHCHECK_PYTHON=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,20 +12,28 @@ source scripts/torch-env.sh
 # BATCHCHECK_SETUP=demo (README command 1): what building and using batchcheck needs, not the
 # test suite's tools (GoogleTest, libxml2, a browser, clang, the real-library venv's extras).
 SETUP=${BATCHCHECK_SETUP:-all}
+# python3 and python3-venv in every mode: scripts/wheel.sh makes its tools' venv with python3.
 PACKAGES=(
   cmake g++ make ninja-build ccache
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   libjpeg-dev libpng-dev libwebp-dev
+  python3 python3-venv
 )
 if [[ $SETUP != demo ]]; then
   PACKAGES+=(libgtest-dev libbenchmark-dev libxml2-utils libxml2-dev chromium-headless-shell fonts-dejavu-core)
 fi
 case $BC_TORCH in
   debian) PACKAGES+=(libtorch-dev python3-torch python3-torchvision python3-numpy) ;;
-  pip) PACKAGES+=(python3 python3-venv) ;;
 esac
-# clang builds the libFuzzer targets; optional for the rest.
-if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 && $SETUP != demo ]]; then PACKAGES+=(clang); fi
+# clang builds the libFuzzer targets and tier 2's ASan tree; optional for the rest. Its sanitizer
+# and libFuzzer runtimes (and <fuzzer/FuzzedDataProvider.h>) are libclang-rt-14-dev, which clang
+# only recommends: --no-install-recommends below leaves it out unless it is named.
+if [[ "${BATCHCHECK_WITH_FUZZ:-1}" == 1 && $SETUP != demo ]]; then PACKAGES+=(clang libclang-rt-14-dev); fi
+
+if [[ "${1:-}" == --print-packages ]]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -34,7 +44,10 @@ done
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  if [[ $(id -u) -ne 0 ]]; then
+    SUDO="sudo"
+    command -v sudo >/dev/null 2>&1 || { echo "setup: error: installing ${missing[*]} needs root (or sudo, which is not installed)" >&2; exit 2; }
+  fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

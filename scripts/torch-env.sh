@@ -27,7 +27,7 @@ fi
 # CMake arguments for the chosen torch (valid once setup.sh has run).
 bc_cmake_args() {
   if [[ $BC_TORCH == debian ]]; then
-    BC_CMAKE_ARGS=(-DCMAKE_PREFIX_PATH=/usr -DBATCHCHECK_PYTHON=/usr/bin/python3)
+    BC_CMAKE_ARGS=(-DCMAKE_PREFIX_PATH=/usr -DBATCHCHECK_PYTHON=/usr/bin/python3 -DBATCHCHECK_SETUP_TORCH=debian)
     # The venv's torch 2.x, where there is one, makes the archives a newer torch saves (tests).
     if [[ -x "$BATCHCHECK_VENV/bin/python3" ]]; then
       BC_CMAKE_ARGS+=("-DBATCHCHECK_TORCH2_PYTHON=$BATCHCHECK_VENV/bin/python3")
@@ -40,5 +40,6 @@ bc_cmake_args() {
   }
   # LibTorch straight from the torch package, as the pip package builds (cmake/TorchPython.cmake):
   # no CUDA toolkit needed, and the same compile commands, so ccache shares their objects.
-  BC_CMAKE_ARGS=(-DBATCHCHECK_TORCH_FROM_PYTHON=ON "-DBATCHCHECK_TORCH_PYTHON=$BC_PYTHON" "-DBATCHCHECK_PYTHON=$BC_PYTHON")
+  BC_CMAKE_ARGS=(-DBATCHCHECK_TORCH_FROM_PYTHON=ON "-DBATCHCHECK_TORCH_PYTHON=$BC_PYTHON" "-DBATCHCHECK_PYTHON=$BC_PYTHON"
+    "-DBATCHCHECK_SETUP_TORCH=$BC_TORCH")
 }

@@ -30,7 +30,7 @@ ABOVE = {  # unit -> the units it may include besides itself (any core folder: "
 }
 APP_ENGINE_GLUE = {"engine/scan_module.h", "engine/scan_command.h"}
 ENGINE = ["checks", "localize", "data", "model"]
-ENGINE_BASE = {"torch_util", "cuda_runtime", "backend_options", "compat"}  # lib/engine/<name>.h/.cpp
+ENGINE_BASE = {"torch_util", "cuda_runtime", "device", "backend_options", "compat"}  # lib/engine/<name>.h/.cpp
 ENGINE_ORDER = ["engine/base"] + ["engine/" + f for f in ENGINE] + ["engine"]
 TORCH = re.compile(r'#include\s*<(torch|ATen|c10)/')
 INCLUDE = re.compile(r'#include\s*"([^"]+)"')

@@ -1,4 +1,6 @@
 #include "engine/cuda_runtime.h"
+// One translation unit for both headers: LibTorch's are costly to compile.
+#include "engine/device.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -26,12 +28,12 @@ std::string libtorch_library(const char* name) {
   return (std::filesystem::path(cpu.dli_fname).parent_path() / name).string();
 }
 
-std::string cuda_library_path() { return libtorch_library("libtorch_cuda.so"); }
-
 }  // namespace
 
+std::string libtorch_cuda_path() { return libtorch_library("libtorch_cuda.so"); }
+
 bool cuda_runtime_loaded() {
-  const std::string path = cuda_library_path();
+  const std::string path = libtorch_cuda_path();
   void* h = path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (h) ::dlclose(h);
   return h != nullptr;
@@ -39,7 +41,7 @@ bool cuda_runtime_loaded() {
 
 std::string load_cuda_runtime() {
   static const std::string failure = []() -> std::string {
-    const std::string path = cuda_library_path();
+    const std::string path = libtorch_cuda_path();
     std::error_code ec;
     if (path.empty() || !std::filesystem::exists(path, ec)) return "";  // no CUDA in this LibTorch
     // Global: its kernels and CUDA hooks register with libtorch_cpu, and its symbols serve
@@ -72,7 +74,7 @@ std::string load_cuda_runtime() {
 }
 
 bool libtorch_has_cuda() {
-  const std::string path = cuda_library_path();
+  const std::string path = libtorch_cuda_path();
   std::error_code ec;
   return !path.empty() && std::filesystem::exists(path, ec);
 }
@@ -98,7 +100,7 @@ c10::Device pick_device(const BackendOptions& opt, std::string* note) {
     // The engine child's parent preloads CUDA's library wherever it can be used: without
     // it, "auto" is the CPU, and "cuda" says why there is none.
     if (d == "auto") return c10::Device(c10::kCPU);
-    if (libtorch_has_cuda()) cuda_failure = cuda_library_path() + " was not loaded when the scan engine started";
+    if (libtorch_has_cuda()) cuda_failure = libtorch_cuda_path() + " was not loaded when the scan engine started";
   } else if (wants_cuda) {
     cuda_failure = load_cuda_runtime();
   }

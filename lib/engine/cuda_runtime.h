@@ -1,12 +1,9 @@
 #pragma once
-// LibTorch's CUDA library in this process, and the scan's device. The build links libtorch_cpu
+// LibTorch's CUDA library in this process. The build links libtorch_cpu
 // only (cmake/TorchCpu.cmake): libtorch_cuda.so is loaded here, or preloaded by the supervisor
-// (supervise/cuda_preload.h). Engine-internal.
-#include <c10/core/Device.h>
-
+// (supervise/cuda_preload.h). Engine-internal, and free of LibTorch types: the end-to-end tests,
+// which are not built against LibTorch's headers, include it (the scan's device: engine/device.h).
 #include <string>
-
-#include "engine/backend_options.h"
 
 namespace batchcheck {
 
@@ -23,19 +20,11 @@ std::string load_cuda_runtime();
 bool cuda_runtime_loaded();
 // Whether this LibTorch has a CUDA library (libtorch_cuda.so beside libtorch_cpu.so).
 bool libtorch_has_cuda();
+// Where that library is, or would be ("" when this process's libtorch_cpu.so is not known).
+std::string libtorch_cuda_path();
 
 // "; LibTorch's CUDA library and libtorch.so did not load: ..." when load_cuda_runtime() failed (a library
 // built against the whole LibTorch may fail of that), else "".
 std::string libtorch_rest_note();
-
-// The scan's device from --device / the config's "device": CUDA's library loaded first when
-// asked for (in-process; the engine child has it preloaded). Throws InputError naming where the device
-// was asked for when it is not there.
-// `note`: why "cuda" is the GPU it is, under a launcher (core/config/device_choice.h).
-c10::Device pick_device(const BackendOptions& opt, std::string* note = nullptr);
-
-// Creates the CUDA context of `device` and the cuBLAS and cuDNN handles a model's first matmul
-// and convolution would (a fraction of a second each); failures are left to the scan to meet.
-void warm_cuda(const c10::Device& device);
 
 }  // namespace batchcheck

@@ -28,6 +28,7 @@
 #include "engine/checks/tensor_checks.h"
 #include "engine/compat.h"
 #include "engine/cuda_runtime.h"
+#include "engine/device.h"
 #include "engine/data/data_source.h"
 #include "engine/localize/localize.h"
 #include "engine/model/localize_batch.h"

@@ -7,7 +7,6 @@
 #include "core/config/config.h"
 #include "core/pipeline/backend.h"
 #include "engine/backend_options.h"
-#include "engine/cuda_runtime.h"
 
 namespace batchcheck {
 

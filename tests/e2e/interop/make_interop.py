@@ -1,6 +1,6 @@
 """Builds interop cases for batchcheck with real PyTorch and records PyTorch's own verdict.
 
-Usage: /usr/bin/python3 tests/e2e/interop/make_interop.py OUTDIR
+Usage: $BATCHCHECK_PYTHON tests/e2e/interop/make_interop.py OUTDIR
 
 For each case this writes OUTDIR/<case>/ with model.pt (a torch.jit.script-ed or torch.jit.trace-d
 module saved with torch.jit.save), the data (inputs.npy + targets.npy via np.save, or data.pt via
@@ -24,7 +24,7 @@ Deterministic, byte for byte: fixed torch / numpy seeds, and the script re-execu
 PYTHONHASHSEED=0 so scripted modules serialise their constants in a fixed order. Quiet on success except one summary line on stderr; exits 1
 with a message when any case's ground truth differs from what the case is meant to show.
 
-Run with Debian's /usr/bin/python3 (torch 1.13, torchvision 0.14, numpy).
+Run with the Python whose torch matches the build (BATCHCHECK_PYTHON), with torchvision and numpy.
 """
 import json
 import os

@@ -1,7 +1,8 @@
 """Dumps the batches PyTorch's own DataLoader / DistributedSampler deliver over a grid of
 setups, one JSON object per line, for the C++ geometry oracle test (tests/test_oracle.cpp).
 
-Run with Debian's /usr/bin/python3 and python3-torch. Deterministic: the grid comes from a
+Run with the Python whose torch matches the build (BATCHCHECK_PYTHON: the venv's torch 2.x, or Debian's
+/usr/bin/python3 with python3-torch for the 1.13 build). Deterministic: the grid comes from a
 fixed-seed Python RNG, the orders from torch generators seeded as a user would.
 """
 import itertools

@@ -1,6 +1,6 @@
 """Real torchvision models, scanned as a new user would, against the real PyTorch training loop.
 
-Usage: /usr/bin/python3 tests/e2e/realmodels/make_realmodels.py OUTDIR [ARCH ...]
+Usage: $BATCHCHECK_PYTHON tests/e2e/realmodels/make_realmodels.py OUTDIR [ARCH ...]
 
 For each architecture (12+, small inputs so the suite runs in minutes on 2 cores) this writes cases
 OUTDIR/<arch>-<variant>/ with model.pt, inputs.npy, targets.npy and a config.json that uses batchcheck's
@@ -22,7 +22,7 @@ nothing but poisons running_var). manifest.json lists per case the (rank, batch)
 failure, or none.
 
 Also one hand-written model whose only fault is in backward (an in-place op on a sigmoid's output).
-Run with Debian's /usr/bin/python3 (torch 1.13, torchvision 0.14).
+Run with the Python whose torch matches the build (BATCHCHECK_PYTHON), with torchvision.
 """
 import copy
 import json
