@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <future>
 #include <iostream>
@@ -179,6 +180,7 @@ class TorchBackend : public Backend {
     host_target_list_ = std::move(s.host_target_list);
     input_stats_ = std::move(s.input_stats);
     given_ = std::move(s.given);
+    if (cfg_.model.format == ModelFormat::TorchScript) use_capture(given_ ? given_->capture : std::string());
     output_ = at::Tensor();
     aux_.clear();
     loss_terms_.clear();
@@ -233,6 +235,18 @@ class TorchBackend : public Backend {
 
   ForwardResult forward() override {
     ForwardResult r;
+    if (given_ && !given_->error.empty()) {
+      // The user's own code raised on this batch, in their process: PyTorch's error, first.
+      r.error = given_->error;
+      r.location = given_->location;
+      r.source_line = given_->source_line;
+      r.raised_in = given_->raised_in;
+      r.traceback = given_->traceback;
+      r.module = given_->module;
+      r.eager = true;
+      r.unchecked = given_->unchecked;
+      return r;
+    }
     std::vector<OpFault> faults;
     bool stopped = false;
     try {
@@ -241,8 +255,8 @@ class TorchBackend : public Backend {
       at::AutoGradMode grad(opt_.backward);
       SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output()
                                            : cfg_.loss.type == LossType::Step
-                                               ? model_->forward_step(forward_args(), batch_size_, faults, stopped)
-                                               : model_->forward(forward_args()),
+                                               ? active().forward_step(forward_args(), batch_size_, faults, stopped)
+                                               : active().forward(forward_args()),
                                            cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
@@ -274,7 +288,7 @@ class TorchBackend : public Backend {
     if (opt_.backward || returns_loss(cfg_.loss.type)) return nullptr;
     return std::make_shared<TorchBatchView>(output_, aux_, target_, host_target_, device_, opt_.sync,
                                             [this, args = forward_args()](const LocalizeRequest& req) {
-                                              return localize_batch(*model_, cfg_, args, batch_size_, req);
+                                              return localize_batch(active(), cfg_, args, batch_size_, req);
                                             });
   }
 
@@ -286,7 +300,7 @@ class TorchBackend : public Backend {
       if (!host) return std::nullopt;
       return localize_batch(*host, cfg_, rerun_args(true), batch_size_, req);
     }
-    return localize_batch(*model_, cfg_, forward_args(), batch_size_, req);
+    return localize_batch(active(), cfg_, forward_args(), batch_size_, req);
   }
 
   std::optional<ForwardResult> forward_rows(const std::vector<uint64_t>& rows, bool cpu) override {
@@ -360,7 +374,7 @@ class TorchBackend : public Backend {
       l.backward();
       synchronize();
       r.ok = true;
-      check_gradients(model_->parameters(), r);
+      check_gradients(active().parameters(), r);
     } catch (const InputError&) {
       throw;
     } catch (const std::exception& e) {
@@ -372,7 +386,10 @@ class TorchBackend : public Backend {
     return r;
   }
 
-  void reset_model() override { model_->reset(); }
+  void reset_model() override {
+    model_->reset();
+    for (auto& [name, capture] : captures_) capture->reset();
+  }
 
   // The loss forward returned (summed over its terms, as torchvision's recipe sums them).
   LossResult model_loss() {
@@ -395,9 +412,9 @@ class TorchBackend : public Backend {
   std::string device() const override { return device_.str(); }
   std::string device_note() const override { return device_note_; }
 
-  std::vector<std::string> nonfinite_batchnorm_stats() override { return model_->nonfinite_batchnorm_stats(); }
+  std::vector<std::string> nonfinite_batchnorm_stats() override { return active().nonfinite_batchnorm_stats(); }
   std::vector<BatchNormSite> frozen_batchnorm_single_value() override {
-    return model_->frozen_batchnorm_single_value(forward_args());
+    return active().frozen_batchnorm_single_value(forward_args());
   }
 
  private:
@@ -405,7 +422,8 @@ class TorchBackend : public Backend {
   // device its copy on the CPU; none where forward ran in the user's process.
   ModelRunner* rerun_model(bool cpu) {
     if (cfg_.model.format == ModelFormat::Eager) return nullptr;
-    return cpu && device_.is_cuda() ? host_model() : model_.get();
+    if (cpu && device_.is_cuda()) return active_.empty() ? host_model() : nullptr;  // another shape's: a bonus left out
+    return &active();
   }
   std::vector<c10::IValue> rerun_args(bool cpu) const {
     if (!(cpu && device_.is_cuda())) return forward_args();
@@ -428,8 +446,30 @@ class TorchBackend : public Backend {
     return host_model_.get();
   }
 
+  // The capture that runs the current batch: the model's archive, or another shape's beside it
+  // (batchcheck.scan()'s step, traced per batch shape), loaded when first named.
+  ModelRunner& active() { return active_.empty() ? *model_ : *captures_.at(active_); }
+
+  void use_capture(const std::string& name) {
+    if (name == active_) return;
+    if (!name.empty() && !captures_.count(name)) {
+      ModelConfig m = cfg_.model;
+      m.path = (std::filesystem::path(cfg_.model.path).parent_path() / name).string();
+      captures_[name] = load_torchscript(m, device_, forward_fields(), cfg_.loader.collate.list, dict_fields());
+    }
+    // One model, several captures of it: the running statistics go on from where they are.
+    ModelRunner& from = active();
+    const std::vector<at::Tensor> buffers = from.save_buffers();
+    active_ = name;
+    ModelRunner& to = active();
+    const std::vector<at::Tensor> mine = to.save_buffers();
+    bool fits = mine.size() == buffers.size();
+    for (std::size_t i = 0; fits && i < mine.size(); ++i) fits = mine[i].sizes() == buffers[i].sizes();
+    if (fits) to.restore_buffers(buffers);
+  }
+
   void clear_gradients() {
-    for (const auto& p : model_->parameters()) {
+    for (const auto& p : active().parameters()) {
       at::Tensor param = p.second;  // shares the parameter's storage and autograd meta
       if (param.grad().defined()) param.mutable_grad() = at::Tensor();  // zero_grad(set_to_none=True)
     }
@@ -478,6 +518,8 @@ class TorchBackend : public Backend {
   std::string device_note_;  // why "cuda" is this GPU, under a launcher
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<ModelRunner> model_;
+  std::map<std::string, std::unique_ptr<ModelRunner>> captures_;  // other shapes' captures, by file name
+  std::string active_;                                           // which runs the batch ("": model_)
   std::unique_ptr<ModelRunner> host_model_;  // on the CPU, loaded at the first device-side assert
   std::vector<c10::IValue> host_inputs_;      // on a CUDA device: the batch as read, on the host
   at::Tensor host_target_;

@@ -1,7 +1,6 @@
 """The model as the engine takes it: scripted, traced, through the keyword adapter, or run
 eagerly here where TorchScript can do neither; and the user's own training step (step=, or a
-loss given as any callable), traced together with the model."""
-import warnings
+loss given as any callable), traced together with the model, per batch shape (_capture.py)."""
 
 import torch
 
@@ -160,32 +159,34 @@ def _loss_step(loss, pick, target_key):
     return step
 
 
-def _trace_step(model, step, first, names, example, mode):
-    """The step traced with the model on the first batch (its fields in `names` order), the
-    model's buffers and every RNG as they were before (the trace runs the step once)."""
-    from batchcheck.export import _quiet_jit
+def step_captures(model, step, first, names, mode, folder):
+    """The user's step as the engine runs it: traced together with the model (every op of the
+    step in the graph), one capture per batch shape, each proven against the step itself
+    (_capture.py). The model's buffers and every RNG are as they were after each run."""
+    from batchcheck._capture import Captures
     module = _Step(model, step, _rebuilder(first, names), _modules_reached(step, model))
     params = list(module.parameters())
     device = params[0].device if params else torch.device("cpu")
-    example = tuple(t.to(device) for t in example)
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    was_training = [(m, m.training) for m in module.modules()]
-    rng = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
-    module.train(mode == "train")
-    try:
-        with _quiet_jit(), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's warnings are about the step's Python, not the user's data
-            traced = torch.jit.trace(module, example, check_trace=False, strict=False)
-    finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-        for m, t in was_training:
-            m.training = t
-        torch.set_rng_state(rng[0])
-        if rng[1] is not None:
-            torch.cuda.set_rng_state_all(rng[1])
-    return traced
+
+    def trace(args):
+        return torch.jit.trace(module, tuple(args), check_trace=False, strict=False)
+
+    return Captures(module, trace, lambda args: module(*args), folder, mode, device)
+
+
+class _EagerStep:
+    """The user's step run eagerly in this process, where no capture of it can be made (it raises
+    on every batch tried): its loss goes to the engine as the prediction, its exception as the
+    batch's finding."""
+
+    def __init__(self, captures):
+        self.captures = captures
+
+    def __call__(self, fields):
+        out, err = self.captures._run(self.captures.eager, fields)
+        if err is not None:
+            raise err
+        return out
 
 
 def _failure_reason(e):

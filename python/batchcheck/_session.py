@@ -9,7 +9,8 @@ import warnings
 from batchcheck import _arrays
 from batchcheck import export as _export
 from batchcheck._cli import binary
-from batchcheck._prepare import (_EagerForward, _engine_model, _failure_reason, _keyword_names, _trace_step)
+from batchcheck._prepare import (_EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
+                                 step_captures)
 from batchcheck._stream import _Engine, _Server
 from batchcheck._wire import _fields
 from batchcheck.report import Report
@@ -182,9 +183,24 @@ class Session:
                 self.relaunch(real)
         scripted = None
         if o.step is not None:
-            # The step's own errors are the user's to see (a step that does not run at all).
-            scripted = _trace_step(model, o.step, first, names, tuple(t for _, t in fields), o.mode)
-            scripted.save(self.model_path)
+            captures = step_captures(model, o.step, first, names, o.mode, self.server.dir)
+            # Traced on the first batch the step runs on: a batch it raises on (a bad id in batch
+            # 0) is that batch's finding, found by the engine as at any other batch.
+            candidates = [fields] + [f for f in server.more_fields(7) if [n for n, _ in f] == names]
+            try:
+                scripted = captures.first(candidates, self.model_path)
+                server.captures = captures
+            except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
+                warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
+                              "it can be made; it runs eagerly in this process, and the engine checks what it returns "
+                              "and raises: no checks of the ops inside, no gradient checks"
+                              % (len(candidates), _failure_reason(e)), stacklevel=3)
+                if self.arrays is not None:
+                    self.arrays.close()
+                    self.arrays = None
+                self.relaunch(self.engine_config(True, names, target_key, self.output))
+                server.forward = _EagerStep(captures)
+                return
         elif o.eager is not True:
             try:
                 scripted = _engine_model(model, call, keywords, fields, x, pick, o.mode)

@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 
 import torch
 
+from batchcheck import _capture
 from batchcheck._wire import _dtype, _fields, _file_of, _indexed_tensors, _nbytes, _recv, _send, _send_batch
 
 
@@ -72,6 +73,7 @@ class _Server:
         self.exhausted = False
         self.error = None
         self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
+        self.captures = None  # a step's captures (_capture.py): which one runs each batch, proven per shape
         self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
         self.conns = set()  # open connections (closed with the scan)
         self.closing = False
@@ -194,6 +196,29 @@ class _Server:
             self._keep(tuple(idx) if idx is not None else None, batch)
             self.first = batch
             return batch
+
+    def more_fields(self, k):
+        """The fields of up to k more of the epoch's batches, drawn now and served in their turn
+        (a step that raises on the first batch is traced on the next that loads)."""
+        out = []
+        with self.lock:
+            while len(self.ahead) < k and not self.ahead_end and self.ahead_error is None:
+                try:
+                    got = self.next_live()
+                except Exception as e:  # raised again where the batch is wanted
+                    self.ahead_error = e
+                    break
+                if got is None:
+                    self.ahead_end = True
+                    break
+                self.ahead.append(got)
+            for _, batch in list(self.ahead)[:k]:
+                if not isinstance(batch, Exception):
+                    try:
+                        out.append(_fields(batch, self.input_key, self.target_key))
+                    except TypeError:
+                        continue
+        return out
 
     def _keep(self, key, batch):
         self.window[key] = batch
@@ -337,14 +362,18 @@ class _Server:
             _send(conn, json.dumps(header).encode())
             return
         tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
-        forward_error = None
+        forward_error = capture = None
         if self.forward is not None:
             try:
                 pred = self.forward(tensors)
                 tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
             except Exception as e:  # what their forward raised: the engine classifies it
-                forward_error = str(e).strip() or type(e).__name__
+                forward_error = _capture.record(e)
+        elif self.captures is not None:
+            capture, forward_error = self.captures.decide(tuple(indices), tensors)
         header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
+        if capture is not None and capture != self.captures.saved[0][0]:
+            header["capture"] = capture  # another shape's archive, beside the model's
         if forward_error is not None:
             header["forward_error"] = forward_error
         if pushed:

@@ -391,13 +391,15 @@ class TestTrainingSteps(unittest.TestCase):
                            "loader": {"batch_size": 4}, "loss": {"type": "mse"}}, f)
             run = subprocess.run([os.environ["BATCHCHECK_BINARY"], "scan", os.path.join(d, "cfg.json"), "-q", "-o",
                                   os.path.join(d, "r.json")], capture_output=True, text=True)
-            self.assertEqual(run.returncode, 0, run.stderr)  # a warning: the user's code is not at fault
+            # Not the user's code's fault, but a batch the scan could not run: never a pass.
+            self.assertEqual(run.returncode, 1, run.stderr)
             report = json.load(open(os.path.join(d, "r.json")))
             found = {f["id"]: f for f in report["findings"]}
             self.assertNotIn("hardcoded-batch-size", found)
             f = found["trace-frozen-shape"]
-            self.assertEqual((f["severity"], f["batch"], f["samples"]), ("warning", 2, [8, 9]))
+            self.assertEqual((f["severity"], f["batch"], f["samples"]), ("error", 2, [8, 9]))
             self.assertIn("the trace froze the shape [4, -1] into aten::view", f["message"])
+            self.assertIn("this batch was not checked", f["message"])
             self.assertEqual(f["fixes"][0]["id"], "script-instead")
             # The eager model runs on that batch of two.
             self.assertEqual(eager(torch.from_numpy(x[8:])).shape, (2, 1))

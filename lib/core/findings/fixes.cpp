@@ -365,6 +365,13 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "from Python, where your model and loader are", {}});
     f.fixes.push_back(dynamic_batch_dim(g.spec.batch_size));  // where the code itself holds the literal
     maybe_tail();
+  } else if (id == "batch-unchecked") {
+    // Nothing of the batch was checked: the user runs it themselves, or gives the scan code
+    // a capture can record (sizes read from tensors, no branch on a tensor's value).
+    f.fixes.push_back(reproduce(f, c, true, true));
+    f.fixes.push_back({"sizes-from-tensors", "read sizes from the tensors, not as Python numbers, so one trace serves every shape",
+                       "n = x.size(0)  # instead of n = len(x); torch.arange(x.size(1)) instead of range(len(...))",
+                       "only where the step's own code freezes the shape", {}});
   } else if (id == "export-batch-specialized") {
     maybe_tail();  // the tail of one is what the program refuses: no re-export accepts it
   } else if (id == "export-shape-guard") {

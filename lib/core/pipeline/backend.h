@@ -126,6 +126,13 @@ struct ForwardResult {
   // assert), so `error` is batchcheck's, not the model's.
   std::vector<OpFault> faults;
   bool stopped = false;
+  // The user's own code raised this in their process (batchcheck.scan()), where the capture the
+  // engine runs would not raise the same: no part of the batch is run again here. `module`: the
+  // module whose forward raised, named there; `unchecked`: no capture computes what their code
+  // does on this batch, which is therefore not checked.
+  bool eager = false;
+  bool unchecked = false;
+  std::string module;
 };
 
 

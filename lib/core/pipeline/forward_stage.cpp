@@ -20,7 +20,67 @@ Emitted out_of_memory_finding(const std::string& what, const std::string& error,
           ev, all_rows(n), n, ""};
 }
 
+namespace {
+
+// "torch.Size([1, 3])" at `at` in `s` -> {1, 3}; nullopt where it is not one.
+std::optional<std::vector<int64_t>> torch_size_at(const std::string& s, std::string::size_type at) {
+  static const std::string kOpen = "torch.Size([";
+  if (s.compare(at, kOpen.size(), kOpen) != 0) return std::nullopt;
+  const std::string::size_type end = s.find("])", at);
+  if (end == std::string::npos) return std::nullopt;
+  std::vector<int64_t> dims;
+  std::string::size_type p = at + kOpen.size();
+  while (p < end) {
+    std::size_t used = 0;
+    try {
+      dims.push_back(std::stoll(s.substr(p, end - p), &used));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    p += used;
+    while (p < end && (s[p] == ',' || s[p] == ' ')) ++p;
+  }
+  return dims;
+}
+
+// PyTorch's size check of a loss's input and target, written in Python (a trace loses it):
+// BCELoss "Using a target size (T) that is different to the input size (I)", BCEWithLogitsLoss
+// "Target size (T) must be the same as input size (I)". {loss, input, target}.
+struct LossSizeMismatch {
+  std::string loss;
+  std::vector<int64_t> input, target;
+};
+std::optional<LossSizeMismatch> loss_size_mismatch(const std::string& m) {
+  struct Form {
+    const char* loss;
+    const char* target_at;
+    const char* input_at;
+  };
+  static const Form kForms[] = {{"BCELoss", "Using a target size (", "that is different to the input size ("},
+                                {"BCEWithLogitsLoss", "Target size (", "must be the same as input size ("}};
+  for (const Form& f : kForms) {
+    const std::string::size_type t = m.find(f.target_at), i = m.find(f.input_at);
+    if (t == std::string::npos || i == std::string::npos) continue;
+    auto target = torch_size_at(m, t + std::string(f.target_at).size());
+    auto input = torch_size_at(m, i + std::string(f.input_at).size());
+    if (target && input) return LossSizeMismatch{f.loss, *input, *target};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& ctx) {
+  if (const std::optional<LossSizeMismatch> m = loss_size_mismatch(fwd.error)) {
+    // The step's loss raised its own size check: the shapes it was given, as the check says.
+    nlohmann::ordered_json ev = {{"error", fwd.error}, {"loss", m->loss}, {"input_shape", m->input}, {"target_shape", m->target}};
+    if (!fwd.location.empty()) ev["location"] = fwd.location;
+    if (!fwd.source_line.empty()) ev["source_line"] = fwd.source_line;
+    return {"shape-mismatch", "output",
+            m->loss + " is given an input of shape [" + join_ints(m->input, ", ") + "] and a target of shape [" +
+                join_ints(m->target, ", ") + "] on a batch of " + plural(ctx.batch_size, "sample") + " and raises: " + fwd.error,
+            ev, all_rows(ctx.batch_size), ctx.batch_size, ""};
+  }
   const std::optional<ExportGuard> guard = parse_export_guard(fwd.error);
   const uint64_t n = ctx.batch_size;
   // torch.export treats a dynamic dimension's sizes 0 and 1 as special and guards it to >= 2:
@@ -77,6 +137,10 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
   return {id, "forward", msg, ev, all_rows(n), n, cuda_equivalent_of_forward_error(fwd.error)};
 }
 
+Emitted unchecked_batch_finding(const std::string& why, uint64_t batch_size) {
+  return {"batch-unchecked", "forward", why, {{"error", why}}, all_rows(batch_size), batch_size, ""};
+}
+
 Emitted frozen_shape_finding(const FrozenShape& frozen, const Emitted& failed, uint64_t batch_size) {
   Emitted e = failed;
   e.id = "trace-frozen-shape";
@@ -89,9 +153,10 @@ Emitted frozen_shape_finding(const FrozenShape& frozen, const Emitted& failed, u
               " (torch.jit.trace records the example batch's sizes as constants where the code reads them as Python "
               "numbers): this batch's [" + join_ints(frozen.input_shape, ", ") + "] (" + std::to_string(values) +
               " values, a batch of " + plural(batch_size, "sample") +
-              ") does not fit it, so the traced model fails here. The eager model it came from runs here where its code "
-              "reads the size from the input (int(x.size(0)), a shape a library computes); a literal size in the code "
-              "fails eagerly too";
+              ") does not fit it, so the traced model fails here and this batch was not checked (nor any other batch "
+              "this finding lists). The eager model it came from runs here where its code reads the size from the input "
+              "(int(x.size(0)), a shape a library computes); a literal size in the code fails eagerly too. To check "
+              "these batches: batchcheck.scan() from Python (a capture per batch shape), or torch.jit.script";
   e.evidence["frozen_shape"] = frozen.shape;
   e.evidence["input_shape"] = frozen.input_shape;
   e.evidence["op"] = frozen.site.op;

@@ -32,6 +32,10 @@ Emitted forward_failure(const ForwardResult& fwd, const ForwardFailureContext& c
 // trace-frozen-shape: a forward that failed on a shape a trace froze into its graph (the
 // failing op's constant shape, `frozen`) instead of the model's own code; `failed` is what
 // forward_failure made of it, whose evidence it keeps.
+// batch-unchecked: a batch no capture of the user's code could run as their code does (told by
+// batchcheck.scan(), `why`), so nothing of it was checked: an error, never a silent pass.
+Emitted unchecked_batch_finding(const std::string& why, uint64_t batch_size);
+
 Emitted frozen_shape_finding(const FrozenShape& frozen, const Emitted& failed, uint64_t batch_size);
 
 // A BatchNorm error told with the layer whose check raised it ("BatchNorm layer4.1.bn2

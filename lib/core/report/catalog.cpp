@@ -174,13 +174,21 @@ const std::vector<FindingInfo> kCatalog = {
      "still inferred from the shapes)",
      "torch.jit.trace after model.eval()",
      "trace-in-scan-mode, script-instead"},
-    {"trace-frozen-shape", Severity::Warning, "forward",
+    {"trace-frozen-shape", Severity::Error, "forward",
      "a traced model fails on a shape the trace froze into its graph (the example batch's size as a constant), where "
-     "the eager model it came from computes it from the input",
+     "the eager model it came from computes it from the input: the batches it blocks are not checked, so the scan "
+     "cannot pass them",
      "RuntimeError: shape '[28, 1]' is invalid for input of size 19 (only the traced model raises)",
      "torch.jit.trace of code that turns a size into a Python number: int(x.size(0)), a shape read by transformers' "
      "code, sequences of another length than the example's",
      "script-instead, scan-eager"},
+    {"batch-unchecked", Severity::Error, "forward",
+     "batchcheck.scan() could not check a batch: your code runs on it, but no capture of it (a trace of your step at "
+     "that batch's shape) computes what your code does, so nothing of the batch was checked",
+     "none: training runs this batch unchecked",
+     "code a trace cannot record faithfully at that shape (a branch on a tensor's value, a size read as a Python "
+     "number), or more distinct batch shapes than captures are kept for",
+     "script-instead, reproduce"},
 };
 
 }  // namespace

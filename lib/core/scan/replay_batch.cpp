@@ -79,7 +79,24 @@ void Replayer::forward_failed(const BatchContext& ctx, const ForwardResult& fwd)
   if (in.present) fc.input_dtype = in.dtype;
   fc.batchnorm_modules = model_.batchnorm_modules;
   fc.trains_exported = cfg_.model.trains_exported;
+  if (fwd.unchecked) {
+    apply(ctx, {unchecked_batch_finding(fwd.error, ctx.size())});
+    return;
+  }
   Emitted e = forward_failure(fwd, fc);
+  if (fwd.eager) {
+    // Raised by the user's own code in their process: the capture here is not what ran, so it
+    // is not searched for samples or shapes; the module is the one their traceback passed.
+    const std::string::size_type paren = fwd.module.rfind(" (");
+    if (e.id == "batchnorm-single-value" && paren != std::string::npos && fwd.module.back() == ')') {
+      name_raising_module(e, fwd.module.substr(0, paren), fwd.module.substr(paren + 2, fwd.module.size() - paren - 3));
+    } else if (!fwd.module.empty()) {
+      e.evidence["module"] = fwd.module;
+    }
+    e.evidence["raised_by"] = "your code";
+    apply(ctx, {e});
+    return;
+  }
   if (e.id == "cuda-device-assert") device_lost_ = true;
   if (is_shape_error(fwd.error) && blame_) {
     // A size a trace froze is the trace's, not the user's code: once seen, each failure that

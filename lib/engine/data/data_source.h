@@ -19,9 +19,17 @@ constexpr int kTargetField = -1;
 
 // What the user's model did with a batch in their own process (model.format "eager"): its
 // prediction, or the text of what forward raised.
+// What the user's process says of a batch's forward (batchcheck.scan()'s stream): with
+// model.format "eager" the prediction, or what forward raised; for a captured step, which
+// capture runs the batch (another shape's archive beside the model's) and, where the user's own
+// code raised on it and the capture would not raise the same, that exception, which is the
+// batch's truth (PyTorch raises it first); `unchecked`: no capture computes what their code does.
 struct GivenForward {
   at::Tensor output;
-  std::string error;
+  std::string error;  // the exception's message; empty where forward ran
+  std::string location, source_line, raised_in, traceback, module;  // where, as core/findings/error_text.h
+  bool unchecked = false;
+  std::string capture;  // a file name beside the model's archive; empty: the model's
 };
 
 class DataSource {

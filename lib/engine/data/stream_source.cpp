@@ -9,7 +9,10 @@
 // byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
 // {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised. With
 // model.format "eager" the header may also carry the user's forward: the field
-// "batchcheck.prediction", or {"forward_error": "what forward raised"}. A request says how
+// "batchcheck.prediction", or {"forward_error": "what forward raised"}, a message or an object
+// ({"message", "location", "source_line", "raised_in", "traceback", "module", "unchecked"}).
+// For a captured step, "capture" names another shape's archive beside the model's (a file name),
+// and "forward_error" what the user's own step raised on this batch (its truth). A request says how
 // many batches to push "ahead" of it: the epoch's next ones, each header naming its "pushed"
 // indices; {"credit": 1} asks for one more; {"end": true} says there are no more to push.
 #include <sys/socket.h>
@@ -289,16 +292,55 @@ class StreamSource : public DataSource {
       }
       read_all(t.data_ptr(), n);
       if (name == kEagerPredictionField) {
-        b.given = GivenForward{std::move(t), ""};
+        if (!b.given) b.given.emplace();
+        b.given->output = std::move(t);
       } else {
         b.fields[name] = std::move(t);
       }
     }
     if (header.contains("forward_error")) {
-      const json& e = header["forward_error"];
-      b.given = GivenForward{at::Tensor(), e.is_string() && !e.get<std::string>().empty() ? e.get<std::string>() : "forward raised"};
+      if (!b.given) b.given.emplace();
+      read_forward_error(header["forward_error"], *b.given);
+    }
+    if (const auto it = header.find("capture"); it != header.end()) {
+      if (!b.given) b.given.emplace();
+      b.given->capture = capture_name(*it);
     }
     return b;
+  }
+
+  // A string (the message), or {"message", "location", "source_line", "raised_in", "traceback",
+  // "module", "unchecked"}: read by type, so a malformed one is the protocol's error.
+  void read_forward_error(const json& e, GivenForward& g) const {
+    auto text = [&e](const char* key) {
+      const auto it = e.find(key);
+      return it != e.end() && it->is_string() ? single_line(it->get<std::string>()) : std::string();
+    };
+    if (e.is_string()) {
+      g.error = e.get<std::string>();
+    } else if (e.is_object()) {
+      g.error = text("message");
+      g.location = text("location");
+      g.source_line = text("source_line");
+      g.raised_in = text("raised_in");
+      g.module = text("module");
+      const auto tb = e.find("traceback");
+      if (tb != e.end() && tb->is_string()) g.traceback = tb->get<std::string>();
+      const auto u = e.find("unchecked");
+      g.unchecked = u != e.end() && u->is_boolean() && u->get<bool>();
+    } else {
+      throw InputError(display_, "forward_error", "neither a message nor an object: not batchcheck's protocol");
+    }
+    if (g.error.empty()) g.error = "forward raised";
+  }
+
+  // Another shape's capture: a file name in the model's own folder, never a path.
+  std::string capture_name(const json& c) const {
+    const std::string name = c.is_string() ? c.get<std::string>() : std::string();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || name.size() > 255) {
+      throw InputError(display_, "capture", "not a file name beside the model: not batchcheck's protocol");
+    }
+    return name;
   }
 
   // The user's own collate_fn or Dataset raised: the batch's load failure, as with files. Where
