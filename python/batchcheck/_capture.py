@@ -110,7 +110,9 @@ def record(e, named_modules=()):
     shown = frames[-6:]
     rec["traceback"] = "Traceback (most recent call last):\n" + "".join(traceback.format_list(shown)) + \
         "%s: %s" % (type(e).__name__, rec["message"])
-    module = _module_of(e.__traceback__, {id(m): n for n, m in named_modules if n})
+    # The user's model is the step's "model": its modules by their own names (fc.1, not model.fc.1).
+    names = {id(m): (n[len("model."):] if n.startswith("model.") else n) for n, m in named_modules if n}
+    module = _module_of(e.__traceback__, names)
     if module:
         rec["module"] = module
     return rec
@@ -158,6 +160,7 @@ class Captures:
         self.proven = {}  # signature -> the file name of the capture proven at that shape
         self.told = {}  # batch indices -> what the engine was told of it (a child resumed asks again)
         self.unchecked = 0
+        self.autocast = set()  # (device type, dtype) the step ran under torch.autocast, seen in its first run
 
     def _run(self, fn, fields):
         args = [t.to(self.device) for _, t in fields]
@@ -186,7 +189,8 @@ class Captures:
             module.save(path)
             self.saved.append((os.path.basename(path), module))
             out, err = self._run(module, fields)
-            ref, ref_err = self._run(self.eager, fields)
+            with _AutocastSeen(self.autocast):
+                ref, ref_err = self._run(self.eager, fields)
             if err is None and ref_err is None and same(out, ref):
                 self.proven[signature(fields)] = self.saved[0][0]
             return module
@@ -241,6 +245,51 @@ class Captures:
         shape = ", ".join("%s %s" % (n, list(t.shape)) for n, t in fields)
         return default, {"message": "this batch (%s) was not checked: %s; your code runs on it, but no capture of it "
                                     "computes what your code does" % (shape, why), "unchecked": True}
+
+
+class _AutocastSeen(torch.overrides.TorchFunctionMode):
+    """Which torch.autocast the user's code enters (device type, dtype), op by op: one run only."""
+
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        for device in ("cpu", "cuda"):
+            try:
+                if torch.is_autocast_enabled(device):
+                    self.seen.add((device, torch.get_autocast_dtype(device)))
+            except (TypeError, RuntimeError):  # a torch without the per-device queries
+                pass
+        return func(*args, **(kwargs or {}))
+
+
+def notes(captures):
+    """What the report says of the captures: how many, proven at how many shapes, and the precision
+    the step ran in (the user's autocast, replayed where the trace recorded its casts)."""
+    out = []
+    shapes = len(captures.proven)
+    n = len(captures.saved)
+    out.append("your step ran in the engine as %s, each proven against your step run eagerly on a batch of its shape "
+               "(%d batch shape%s proven)" % ("1 capture (a trace)" if n == 1 else "%d captures (traces at the batch shapes "
+                                               "whose sizes your code reads as Python numbers)" % n,
+                                               shapes, "" if shapes == 1 else "s"))
+    if captures.unchecked:
+        out.append("%d batch%s could not be checked: no capture computes what your step does on it (batch-unchecked)"
+                   % (captures.unchecked, "" if captures.unchecked == 1 else "es"))
+    if captures.autocast:
+        graph = "\n".join(str(m.inlined_graph) for _, m in captures.saved)
+        for device, dtype in sorted(captures.autocast, key=str):
+            name = str(dtype).replace("torch.", "")
+            kind = {"bfloat16": "BFloat16(", "float16": "Half("}.get(name)
+            replayed = kind is not None and kind in graph
+            out.append("precision: your step runs under torch.autocast(%r, dtype=%s); %s" % (
+                device, dtype, "the capture recorded its casts, so the engine ran those ops in %s as your step does" % name
+                if replayed else "the capture holds none of its casts, so the engine did not run it in %s" % name))
+    else:
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in captures.owner.parameters() if p.is_floating_point()})
+        out.append("precision: %s, as your step runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32"))
+    return out
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import os
 import threading
 import warnings
 
-from batchcheck import _arrays
+from batchcheck import _arrays, _capture
 from batchcheck import export as _export
 from batchcheck._cli import binary
 from batchcheck._prepare import (_EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
@@ -190,6 +190,9 @@ class Session:
             try:
                 scripted = captures.first(candidates, self.model_path)
                 server.captures = captures
+                if self.arrays is not None and not self._one_capture_serves_all(captures):
+                    self.arrays.close()  # the stream names each batch's capture, or its error
+                    self.arrays = None
             except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
                 warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
                               "it can be made; it runs eagerly in this process, and the engine checks what it returns "
@@ -232,6 +235,24 @@ class Session:
             if self.engine is None:
                 self.launch(self.engine_config(False, names, target_key, self.output))
 
+    def _one_capture_serves_all(self, captures):
+        """Whether the first capture is proven at every batch shape of a TensorDataset's epoch (its
+        order gives them: the full batch, the tail) and the engine's probe of one sample, with no
+        batch the step raises on there: then the arrays go whole and no batch needs a word."""
+        server, first = self.server, captures.saved[0][0]
+        shapes = {}
+        for idx in self.server.order:
+            shapes.setdefault(len(idx), idx)
+        shapes.setdefault(1, [0])
+        for idx in shapes.values():
+            batch = server._index(list(idx))
+            if isinstance(batch, Exception):
+                return False
+            name, error = captures.decide(tuple(idx), _fields(batch, self.o.input_key, self.target_key))
+            if name != first or error is not None:
+                return False
+        return True
+
     def report(self):
         """Serves the engine until it ends; its report."""
         self.server.thread.start()
@@ -242,6 +263,10 @@ class Session:
             raise RuntimeError("batchcheck.scan: the engine wrote no report (exit %d):\n%s" % (code, text))
         with open(self.report_path) as f:
             data = json.load(f)
+        if self.server.captures is not None:
+            extra = _capture.notes(self.server.captures)
+            data.setdefault("notes", []).extend(extra)
+            text += "".join("note: %s\n" % n for n in extra)
         return Report(data, text, code)
 
     def close(self):

@@ -229,9 +229,9 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   if (!start_.device_note.empty()) notes.push_back(start_.device_note);
   for (const auto& n : extra_notes_) notes.push_back(n);
   if (cfg_.loss.type == LossType::Step) {
-    notes.push_back("loss.type \"step\": your training step ran in the engine as TorchScript, traced with the model on the "
-                    "first batch (batchcheck.scan(step=...)); every loss op inside was checked where it runs, and Python "
-                    "control flow in the step took the path the first batch took");
+    notes.push_back("loss.type \"step\": your training step ran in the engine as TorchScript, traced with the model "
+                    "(batchcheck.scan(step=...)); every loss op inside was checked where it runs, and Python control flow "
+                    "in the step took the path of the batch each capture was traced on");
   }
   if (cfg_.model.format == ModelFormat::Eager) {
     notes.push_back("model.format \"eager\": the model ran forward in the Python process; its outputs, the loss and the "
