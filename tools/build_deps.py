@@ -182,14 +182,14 @@ def closure(roots, installed):
 def owners(paths):
     """{path: package} for the paths a Debian package installed (dpkg -S, its database's names:
     /usr/lib and /lib alike under merged /usr)."""
-    result, todo = {}, {}
+    result, todo = {}, {}  # todo: a name dpkg may know -> the paths it stands for (a link and its target)
     for p in paths:
         for cand in {p, os.path.realpath(p)}:
-            todo.setdefault(cand, p)
+            todo.setdefault(cand, set()).add(p)
             if cand.startswith("/usr/lib/"):
-                todo.setdefault(cand[4:], p)
+                todo.setdefault(cand[4:], set()).add(p)
             elif cand.startswith("/lib/"):
-                todo.setdefault("/usr" + cand, p)
+                todo.setdefault("/usr" + cand, set()).add(p)
     names = sorted(todo)
     for i in range(0, len(names), 500):
         out = subprocess.run(["dpkg-query", "-S", *names[i:i + 500]], capture_output=True, text=True).stdout
@@ -197,8 +197,8 @@ def owners(paths):
             if line.startswith("diversion "):
                 continue
             pkgs, sep, path = line.rpartition(": ")
-            if sep and path in todo:
-                result.setdefault(todo[path], pkgs.split(",")[0].strip().split(":")[0])
+            for p in todo.get(path, ()) if sep else ():
+                result.setdefault(p, pkgs.split(",")[0].strip().split(":")[0])
     return result
 
 

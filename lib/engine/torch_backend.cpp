@@ -235,6 +235,13 @@ class TorchBackend : public Backend {
 
   ForwardResult forward() override {
     ForwardResult r;
+    if (given_ && given_->stopped) {
+      // The user's step, run eagerly there, was stopped before an op it would make raise.
+      r.faults = given_->faults;
+      r.stopped = true;
+      r.error = "batchcheck stopped the step before an op it would make raise";
+      return r;
+    }
     if (given_ && !given_->error.empty()) {
       // The user's own code raised on this batch, in their process: PyTorch's error, first.
       r.error = given_->error;
@@ -245,6 +252,7 @@ class TorchBackend : public Backend {
       r.module = given_->module;
       r.eager = true;
       r.unchecked = given_->unchecked;
+      r.faults = given_->faults;
       return r;
     }
     std::vector<OpFault> faults;
@@ -273,6 +281,7 @@ class TorchBackend : public Backend {
         r.error = parse_error_text(kDeviceAssertError).message;
       }
     }
+    if (given_) faults.insert(faults.end(), given_->faults.begin(), given_->faults.end());  // checked there
     r.faults = std::move(faults);
     r.stopped = stopped;
     return r;
@@ -363,6 +372,17 @@ class TorchBackend : public Backend {
 
   BackwardResult backward() override {
     BackwardResult r;
+    if (given_ && (given_->gradients || !given_->backward_error.empty())) {
+      // The step ran eagerly in the user's process, its gradients with it: what they held.
+      r.ok = given_->backward_error.empty();
+      r.error = given_->backward_error;
+      for (const GradStats& g : given_->gradients.value_or(std::vector<GradStats>{})) {
+        if (r.nonfinite.size() < kMaxNonfiniteGrads) r.nonfinite.push_back(g);
+        ++r.nonfinite_total;
+      }
+      loss_ = at::Tensor();
+      return r;
+    }
     at::Tensor l = std::move(loss_);
     loss_ = at::Tensor();
     if (!l.defined() || !l.requires_grad()) {

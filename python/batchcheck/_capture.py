@@ -153,8 +153,9 @@ class Captures:
     the module holding every weight and buffer both touch. The first capture is the archive the
     engine loads (model.pt); others are named to it batch by batch."""
 
-    def __init__(self, owner, trace, eager, folder, mode, device):
-        self.owner, self.trace, self.eager = owner, trace, eager
+    def __init__(self, owner, trace, eager, folder, mode, device, call=None, what="step"):
+        self.owner, self.trace, self.eager, self.what = owner, trace, eager, what
+        self.call = call  # the fields the code takes, in order (None: every field)
         self.folder, self.mode, self.device = folder, mode, device
         self.saved = []  # [(file name, ScriptModule)], saved[0] the engine's model.pt
         self.proven = {}  # signature -> the file name of the capture proven at that shape
@@ -162,8 +163,14 @@ class Captures:
         self.unchecked = 0
         self.autocast = set()  # (device type, dtype) the step ran under torch.autocast, seen in its first run
 
+    def _args(self, fields):
+        if self.call is None:
+            return [t.to(self.device) for _, t in fields]
+        given = dict(fields)
+        return [given[n].to(self.device) for n in self.call]
+
     def _run(self, fn, fields):
-        args = [t.to(self.device) for _, t in fields]
+        args = self._args(fields)
         with untouched(self.owner, self.mode), torch.no_grad(), _quiet():
             try:
                 return (fn(*args) if isinstance(fn, torch.jit.ScriptModule) else fn(args)), None
@@ -182,19 +189,24 @@ class Captures:
         for fields in candidates:
             with untouched(self.owner, self.mode), torch.no_grad(), _quiet():
                 try:
-                    module = self.trace([t.to(self.device) for _, t in fields])
+                    module = self.trace(self._args(fields))
                 except Exception as e:
                     failure = failure or e
                     continue
             module.save(path)
-            self.saved.append((os.path.basename(path), module))
-            out, err = self._run(module, fields)
-            with _AutocastSeen(self.autocast):
-                ref, ref_err = self._run(self.eager, fields)
-            if err is None and ref_err is None and same(out, ref):
-                self.proven[signature(fields)] = self.saved[0][0]
+            self.adopt(module, os.path.basename(path), fields)
             return module
         raise failure
+
+    def adopt(self, module, name, fields):
+        """`module`, saved as `name` beside the model, is the engine's first capture: proven on
+        `fields` where the user's code computes the same there."""
+        self.saved.append((name, module))
+        out, err = self._run(module, fields)
+        with _AutocastSeen(self.autocast):
+            ref, ref_err = self._run(self.eager, fields)
+        if err is None and ref_err is None and same(out, ref):
+            self.proven[signature(fields)] = name
 
     def decide(self, key, fields):
         """(capture file name, error) for a batch: which capture runs it, and what the user's code
@@ -228,7 +240,7 @@ class Captures:
         if len(self.saved) < LIMIT:
             with untouched(self.owner, self.mode), torch.no_grad(), _quiet():
                 try:
-                    module = self.trace([t.to(self.device) for _, t in fields])
+                    module = self.trace(self._args(fields))
                 except Exception as e:  # runs eagerly, cannot be traced here
                     module, why = None, "torch.jit.trace fails on it: %s" % message(e)
             if module is not None:
@@ -243,8 +255,8 @@ class Captures:
             why = "it is a batch shape past the %d that have a capture of their own" % LIMIT
         self.unchecked += 1
         shape = ", ".join("%s %s" % (n, list(t.shape)) for n, t in fields)
-        return default, {"message": "this batch (%s) was not checked: %s; your code runs on it, but no capture of it "
-                                    "computes what your code does" % (shape, why), "unchecked": True}
+        return default, {"message": "this batch (%s) was not checked: %s; your %s runs on it, but no capture of it "
+                                    "computes what it does" % (shape, why, self.what), "unchecked": True}
 
 
 class _AutocastSeen(torch.overrides.TorchFunctionMode):
@@ -270,25 +282,26 @@ def notes(captures):
     out = []
     shapes = len(captures.proven)
     n = len(captures.saved)
-    out.append("your step ran in the engine as %s, each proven against your step run eagerly on a batch of its shape "
-               "(%d batch shape%s proven)" % ("1 capture (a trace)" if n == 1 else "%d captures (traces at the batch shapes "
-                                               "whose sizes your code reads as Python numbers)" % n,
-                                               shapes, "" if shapes == 1 else "s"))
+    what = captures.what
+    ran = "1 capture (a trace)" if n == 1 else \
+        "%d captures (traces at the batch shapes whose sizes your code reads as Python numbers)" % n
+    out.append("your %s ran in the engine as %s, each proven against your %s run eagerly on a batch of its shape "
+               "(%d batch shape%s proven)" % (what, ran, what, shapes, "" if shapes == 1 else "s"))
     if captures.unchecked:
-        out.append("%d batch%s could not be checked: no capture computes what your step does on it (batch-unchecked)"
-                   % (captures.unchecked, "" if captures.unchecked == 1 else "es"))
+        out.append("%d batch%s could not be checked: no capture computes what your %s does on it (batch-unchecked)"
+                   % (captures.unchecked, "" if captures.unchecked == 1 else "es", what))
     if captures.autocast:
         graph = "\n".join(str(m.inlined_graph) for _, m in captures.saved)
         for device, dtype in sorted(captures.autocast, key=str):
             name = str(dtype).replace("torch.", "")
             kind = {"bfloat16": "BFloat16(", "float16": "Half("}.get(name)
             replayed = kind is not None and kind in graph
-            out.append("precision: your step runs under torch.autocast(%r, dtype=%s); %s" % (
-                device, dtype, "the capture recorded its casts, so the engine ran those ops in %s as your step does" % name
+            out.append("precision: your %s runs under torch.autocast(%r, dtype=%s); %s" % (
+                what, device, dtype, "the capture recorded its casts, so the engine ran those ops in %s as your %s does" % (name, what)
                 if replayed else "the capture holds none of its casts, so the engine did not run it in %s" % name))
     else:
         dtypes = sorted({str(p.dtype).replace("torch.", "") for p in captures.owner.parameters() if p.is_floating_point()})
-        out.append("precision: %s, as your step runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32"))
+        out.append("precision: %s, as your %s runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32", what))
     return out
 
 

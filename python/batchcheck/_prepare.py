@@ -174,19 +174,44 @@ def step_captures(model, step, first, names, mode, folder):
     return Captures(module, trace, lambda args: module(*args), folder, mode, device)
 
 
+def model_captures(model, call, keywords, pick, mode, folder):
+    """A traced model (TorchScript could not script it), or the keyword adapter's trace, as
+    captures per batch shape proven against the model itself, as the step's are: a trace freezes
+    a sequence length read as a Python number, and loses PyTorch's checks written in Python."""
+    from batchcheck._capture import Captures
+    target = _Keywords(model, call, pick) if keywords else model
+    params = list(target.parameters())
+    device = params[0].device if params else torch.device("cpu")
+
+    def trace(args):
+        return _export._trace(target, args[0] if len(args) == 1 else tuple(args), mode)
+
+    return Captures(target, trace, lambda args: target(*args), folder, mode, device, call=call, what="model")
+
+
 class _EagerStep:
     """The user's step run eagerly in this process, where no capture of it can be made (it raises
-    on every batch tried): its loss goes to the engine as the prediction, its exception as the
-    batch's finding."""
+    on every batch tried), checked as a capture is (_eager.py): its loss goes to the engine as the
+    prediction, with the faults of its ops, its gradients' NaN/Inf counts, or its exception."""
 
     def __init__(self, captures):
         self.captures = captures
 
-    def __call__(self, fields):
-        out, err = self.captures._run(self.captures.eager, fields)
-        if err is not None:
-            raise err
-        return out
+    def serve(self, fields):
+        """(the loss or None, what the batch's header adds)."""
+        from batchcheck._capture import message, record
+        from batchcheck._eager import run_step
+        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train")
+        extra = {}
+        if faults:
+            extra["faults"] = faults
+        if err is not None and loss is None:
+            extra["forward_error"] = record(err, self.captures.owner.named_modules())
+        elif err is not None:
+            extra["backward_error"] = message(err)
+        if grads is not None:
+            extra["gradients"] = grads
+        return loss, extra
 
 
 def _failure_reason(e):

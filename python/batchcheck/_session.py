@@ -6,11 +6,13 @@ import os
 import threading
 import warnings
 
+import torch
+
 from batchcheck import _arrays, _capture
 from batchcheck import export as _export
 from batchcheck._cli import binary
 from batchcheck._prepare import (_EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
-                                 step_captures)
+                                 model_captures, step_captures)
 from batchcheck._stream import _Engine, _Server
 from batchcheck._wire import _fields
 from batchcheck.report import Report
@@ -190,13 +192,10 @@ class Session:
             try:
                 scripted = captures.first(candidates, self.model_path)
                 server.captures = captures
-                if self.arrays is not None and not self._one_capture_serves_all(captures):
-                    self.arrays.close()  # the stream names each batch's capture, or its error
-                    self.arrays = None
             except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
                 warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
-                              "it can be made; it runs eagerly in this process, and the engine checks what it returns "
-                              "and raises: no checks of the ops inside, no gradient checks"
+                              "it can be made; it runs eagerly in this process, its loss ops' and index ops' arguments "
+                              "and its gradients checked there; the NaN's origin is not searched"
                               % (len(candidates), _failure_reason(e)), stacklevel=3)
                 if self.arrays is not None:
                     self.arrays.close()
@@ -228,6 +227,14 @@ class Session:
                     self.arrays.close()
                     self.arrays = None
                 self.relaunch(self.engine_config(True, names, target_key, self.output))
+            if isinstance(scripted, torch.jit.TracedModule):
+                # A trace is proven per batch shape as a step's is; a script keeps the code's own sizes.
+                captures = model_captures(model, call, keywords, pick, o.mode, self.server.dir)
+                captures.adopt(scripted, os.path.basename(self.model_path), fields)
+                server.captures = captures
+        if server.captures is not None and self.arrays is not None and not self._one_capture_serves_all(server.captures):
+            self.arrays.close()  # the stream names each batch's capture, or its error
+            self.arrays = None
         if scripted is None:
             server.forward = _EagerForward(model, call, keywords, pick, o.mode)
         else:

@@ -363,7 +363,12 @@ class _Server:
             return
         tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
         forward_error = capture = None
-        if self.forward is not None:
+        extra = {}
+        if self.forward is not None and hasattr(self.forward, "serve"):  # their step, run eagerly and checked
+            pred, extra = self.forward.serve(tensors)
+            if pred is not None:
+                tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
+        elif self.forward is not None:
             try:
                 pred = self.forward(tensors)
                 tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
@@ -376,6 +381,7 @@ class _Server:
             header["capture"] = capture  # another shape's archive, beside the model's
         if forward_error is not None:
             header["forward_error"] = forward_error
+        header.update(extra)
         if pushed:
             header["pushed"] = list(indices)
         _send_batch(conn, json.dumps(header).encode(), [t for _, t in tensors])

@@ -500,5 +500,77 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
         self.assertIn("float32", " ".join(plain.data["notes"]))
 
 
+class Unscriptable(nn.Module):
+    """TorchScript cannot compile *inputs, so scan() traces it; len(x) is read as a Python number."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, *inputs):
+        x = inputs[0]
+        n = len(x)
+        return self.fc(x) * torch.ones(n, 1)
+
+
+class TestTracedModels(unittest.TestCase):
+    def test_a_traced_model_reading_len_passes_its_tail_and_still_finds_a_label(self):
+        g = torch.Generator().manual_seed(9)
+        x, y = torch.rand(22, 6, generator=g), torch.randint(0, 3, (22,), generator=g)
+        loader = DataLoader(TensorDataset(x, y), batch_size=8)  # a tail of 6
+        with self.assertWarns(UserWarning):  # scripting fails: traced, as said
+            clean = batchcheck.scan(Unscriptable(), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertTrue(clean.ok, clean.text)
+        # Batches of 8, the tail of 6 and the probe of one sample: a trace each.
+        self.assertTrue(any("your model ran in the engine as 3 captures" in n for n in clean.data["notes"]),
+                        clean.data["notes"])
+        y[20] = 3  # a class past the three, in the tail
+        bad = batchcheck.scan(Unscriptable(), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertEqual(error_batches(bad), {2: {"target-out-of-range": [20]}}, bad.text)
+
+
+class TestAStepNoCaptureCanBeMade(unittest.TestCase):
+    """Where the step raises on each of the first batches, no trace of it can be made: it runs
+    eagerly, checked there (the arguments of its ops, its gradients) in the engine's words."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 10)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    @staticmethod
+    def step(model, batch):
+        x, y = batch
+        out = model(x)
+        # A norm of each row scaled by its input: sqrt at 0 makes a NaN gradient for an all-zero sample.
+        reg = torch.sqrt((out * x.abs().sum(1, keepdim=True)).pow(2).sum(1))
+        return F.cross_entropy(out, y) + 1e-3 * reg.sum()
+
+    def test_faults_and_gradients_are_found_eagerly_at_the_real_loops_batches(self):
+        g = torch.Generator().manual_seed(11)
+        x, y = torch.rand(120, 4, generator=g) + 0.1, torch.randint(0, 10, (120,), generator=g)
+        y[:64:8] = 10  # one label past the classes in each of the first 8 batches
+        x[100] = 0.0  # its gradient is NaN
+        loader = DataLoader(TensorDataset(x, y), batch_size=8)
+        model = self.Net()
+        with self.assertWarns(UserWarning):
+            report = batchcheck.scan(model, loader, step=self.step, quiet=True)
+        truth = real_loop(model, loader, self.step)
+        self.assertEqual(sorted(truth), list(range(8)))
+        found = error_batches(report)
+        for k in range(8):
+            self.assertEqual(found.get(k), {"target-out-of-range": [8 * k]}, report.text)
+        # The gradient the real loop computes at batch 12 holds NaN, its loss finite.
+        model.zero_grad()
+        self.step(model, (x[96:104], y[96:104])).backward()
+        self.assertTrue(torch.isnan(model.fc.weight.grad).any())
+        self.assertIn("gradient-nonfinite", found.get(12, {}), report.text)
+        self.assertEqual(sorted(found), list(range(8)) + [12], report.text)
+        self.assertTrue(any("eagerly" in n for n in report.data["notes"]), report.data["notes"])
+
+
 if __name__ == "__main__":
     unittest.main()

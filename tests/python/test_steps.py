@@ -197,7 +197,8 @@ class TestTrainingSteps(unittest.TestCase):
         truth = real_loop(model, loader, lambda m, b: F.nll_loss(m(b[0]), b[1]))
         self.assertEqual(sorted(truth), [1])
         self.assertEqual(errors(report), {"target-out-of-range": [(1, [37])]}, report.text)
-        self.assertEqual(first_fix(report, "target-out-of-range"), "ignore-index")
+        # Label 10 of ten classes: the classes numbered from 1, remapped first (ignoring drops them).
+        self.assertEqual(first_fix(report, "target-out-of-range"), "remap-labels")
         # The last batch of one ran clean through this model (no BatchNorm): information, and the
         # gate the docs suggest passes on the clean data.
         tail = [f for f in report.findings if f.id == "tail-batch-singleton"][0]

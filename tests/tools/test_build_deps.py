@@ -129,6 +129,28 @@ class PackagesCheck(unittest.TestCase):
             "tests/t.o: reads /usr/local/include/hand.h, which no Debian package installed (put there by hand?)",
         ])
 
+    def test_a_link_and_the_file_it_names_are_each_owned(self):
+        # A library named by its link (libc10.so) and by its real name (libc10.so.1.13.0): dpkg
+        # knows both, each path gets its owner (the real name was once left without one).
+        d = tempfile.mkdtemp()
+        real = os.path.join(d, "libx.so.1.0")
+        open(real, "w").close()
+        os.symlink("libx.so.1.0", os.path.join(d, "libx.so"))
+        calls = []
+
+        def fake_run(cmd, capture_output, text):
+            calls.append(cmd)
+
+            class Out:
+                stdout = "libx-dev: %s/libx.so\nlibx1: %s\n" % (d, real)
+            return Out()
+        saved, build_deps.subprocess.run = build_deps.subprocess.run, fake_run
+        try:
+            got = build_deps.owners([os.path.join(d, "libx.so"), real])
+        finally:
+            build_deps.subprocess.run = saved
+        self.assertEqual(got, {os.path.join(d, "libx.so"): "libx-dev", real: "libx1"})
+
     def test_every_file_of_the_tiers_packages_passes(self):
         have = build_deps.closure(["g++", "libtorch-dev"], self.installed)
         reads = {"t.o": ["/usr/include/c++/12/vector", "/usr/include/c10/core/Device.h"]}

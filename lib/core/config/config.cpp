@@ -370,7 +370,8 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
 }  // namespace
 
 bool backward_enabled(const Config& cfg) {
-  if (cfg.model.format == ModelFormat::Eager) return false;
+  // An eager model's gradients are not here; an eager step's come from the user's process.
+  if (cfg.model.format == ModelFormat::Eager && cfg.loss.type != LossType::Step) return false;
   return cfg.checks.backward.value_or(cfg.model.mode == Mode::Train);
 }
 

@@ -344,9 +344,11 @@ void check_fields(const JsonObject& top, const Config& cfg) {
     }
     if (m.format == ModelFormat::Pt2) top.object("loss").fail("type", "\"model\" needs a TorchScript model in train mode; a .pt2 program runs as exported");
   }
-  if (cfg.loss.type == LossType::Step && m.format != ModelFormat::TorchScript) {
+  // A step runs as TorchScript, or eagerly in batchcheck.scan()'s process where no capture of it
+  // can be made (model.format "eager"); never as a compiled program.
+  if (cfg.loss.type == LossType::Step && m.format == ModelFormat::Pt2) {
     top.object("loss").fail("type", "\"step\" runs the training step as TorchScript (batchcheck.scan(step=...) traces it with the "
-                                    "model); model.format is \"" + std::string(m.format == ModelFormat::Pt2 ? "pt2" : "eager") + "\"");
+                                    "model), or eagerly in batchcheck.scan(); model.format is \"pt2\"");
   }
   if (collate.list) {
     const JsonObject co = top.object("loader").object("collate");

@@ -294,18 +294,37 @@ void attach_fixes(Finding& f, const FixContext& c) {
     f.fixes.push_back(reproduce(f, c, true, false));
   } else if (id == "target-out-of-range") {
     const auto& vals = f.evidence.value("offending_values", nlohmann::ordered_json::array());
-    const bool class_indices = f.evidence.contains("classes");
+    // A class index inside the user's step: the op's own evidence (core/pipeline/op_faults).
+    const nlohmann::ordered_json none = nlohmann::ordered_json::object();
+    const nlohmann::ordered_json& op = f.evidence.contains("index_fault") ? f.evidence["index_fault"] : none;
+    const bool in_step = op.value("what", std::string()) == "class index";
+    const bool class_indices = f.evidence.contains("classes") || in_step;
     if (class_indices) {
-      std::string v = vals.empty() ? "255" : format_number(vals[0].get<double>());
-      if (loss != LossType::DiceCe) {  // MONAI's DiceCELoss takes no ignore_index
+      const double value = in_step ? op.value("value", 0.0) : vals.empty() ? 255.0 : vals[0].get<double>();
+      const double classes = in_step ? op.value("classes", 0.0) : f.evidence.value("classes", 0.0);
+      const std::string v = format_number(value);
+      // A label equal to the number of classes is the classic off-by-one (classes numbered from
+      // 1): map it first; ignoring it drops those samples from training without a word.
+      const bool off_by_one = classes > 0 && value == classes;
+      const Fix remap{"remap-labels", "map out-of-range labels to valid classes in the dataset",
+                      off_by_one ? "target = target - 1  # where the dataset numbers its " + format_number(classes) +
+                                       " classes from 1; else target[target == " + v + "] = <class>"
+                                 : "target[target == " + v + "] = <class>",
+                      "changes the labels", {}};
+      if (off_by_one) f.fixes.push_back(remap);
+      const std::string dropped = "samples or pixels labelled " + v + " stop contributing to the loss: they are silently dropped from training";
+      if (in_step) {
+        const bool nll = op.value("op", std::string()).find("nll_loss") != std::string::npos;
+        f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
+                           std::string(nll ? "F.nll_loss" : "F.cross_entropy") + "(..., ignore_index=" + v + ")", dropped, {}});
+      } else if (loss != LossType::DiceCe) {  // MONAI's DiceCELoss takes no ignore_index
         f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
                            is_region_loss(loss) ? "loss_fn = " + loss_class(loss) + "(..., ignore_index=" + v + ")  # MONAI and smp both take it"
                                                 : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
                                                       "(ignore_index=" + v + ")",
-                           "samples or pixels labelled " + v + " stop contributing to the loss", {}});
+                           dropped, {}});
       }
-      f.fixes.push_back({"remap-labels", "map out-of-range labels to valid classes in the dataset",
-                         "target[target == " + v + "] = <class>", "changes the labels", {}});
+      if (!off_by_one) f.fixes.push_back(remap);
     } else if (class_loss(loss)) {
       // Soft labels (class probabilities): ignore_index does not apply to them.
       f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",

@@ -228,12 +228,16 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   }
   if (!start_.device_note.empty()) notes.push_back(start_.device_note);
   for (const auto& n : extra_notes_) notes.push_back(n);
-  if (cfg_.loss.type == LossType::Step) {
+  if (cfg_.loss.type == LossType::Step && cfg_.model.format == ModelFormat::Eager) {
+    notes.push_back("loss.type \"step\", run eagerly: no capture of your step could be made (it raised on each batch "
+                    "tried), so it ran as written in the Python process; the arguments of its loss and index ops and "
+                    "its gradients were checked there, not where a bad value was born");
+  } else if (cfg_.loss.type == LossType::Step) {
     notes.push_back("loss.type \"step\": your training step ran in the engine as TorchScript, traced with the model "
                     "(batchcheck.scan(step=...)); every loss op inside was checked where it runs, and Python control flow "
                     "in the step took the path of the batch each capture was traced on");
   }
-  if (cfg_.model.format == ModelFormat::Eager) {
+  if (cfg_.model.format == ModelFormat::Eager && cfg_.loss.type != LossType::Step) {
     notes.push_back("model.format \"eager\": the model ran forward in the Python process; its outputs, the loss and the "
                     "batches were checked here, not its gradients, its weights or where a bad value was born");
   }

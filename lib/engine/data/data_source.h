@@ -30,6 +30,13 @@ struct GivenForward {
   std::string location, source_line, raised_in, traceback, module;  // where, as core/findings/error_text.h
   bool unchecked = false;
   std::string capture;  // a file name beside the model's archive; empty: the model's
+  // A step run eagerly there (no capture of it could be made), checked as a capture is: the loss
+  // ops' and index ops' faults in the order they ran, `stopped` where one would have raised; the
+  // gradients' NaN/Inf counts (`gradients` set: the check ran) or what backward raised.
+  std::vector<OpFault> faults;
+  bool stopped = false;
+  std::optional<std::vector<GradStats>> gradients;
+  std::string backward_error;
 };
 
 class DataSource {

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/base/errors.h"
@@ -302,6 +303,18 @@ class StreamSource : public DataSource {
       if (!b.given) b.given.emplace();
       read_forward_error(header["forward_error"], *b.given);
     }
+    if (const auto it = header.find("faults"); it != header.end()) {
+      if (!b.given) b.given.emplace();
+      read_faults(*it, *b.given);
+    }
+    if (const auto it = header.find("gradients"); it != header.end()) {
+      if (!b.given) b.given.emplace();
+      read_gradients(*it, *b.given);
+    }
+    if (const auto it = header.find("backward_error"); it != header.end() && it->is_string()) {
+      if (!b.given) b.given.emplace();
+      b.given->backward_error = single_line(it->get<std::string>());
+    }
     if (const auto it = header.find("capture"); it != header.end()) {
       if (!b.given) b.given.emplace();
       b.given->capture = capture_name(*it);
@@ -332,6 +345,86 @@ class StreamSource : public DataSource {
       throw InputError(display_, "forward_error", "neither a message nor an object: not batchcheck's protocol");
     }
     if (g.error.empty()) g.error = "forward raised";
+  }
+
+  // The faults of a step run eagerly, in OpFault's terms (core/pipeline/backend.h); read by type,
+  // bounded, so a malformed one is the protocol's error and never a crash.
+  void read_faults(const json& faults, GivenForward& g) const {
+    if (!faults.is_array() || faults.size() > 64) throw InputError(display_, "faults", "not a list of faults: not batchcheck's protocol");
+    auto text = [](const json& o, const char* key) {
+      const auto it = o.find(key);
+      return it != o.end() && it->is_string() ? single_line(it->get<std::string>()) : std::string();
+    };
+    auto number = [](const json& o, const char* key) {
+      const auto it = o.find(key);
+      return it != o.end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    auto ints = [this](const json& o, const char* key) {
+      std::vector<int64_t> out;
+      const auto it = o.find(key);
+      if (it == o.end()) return out;
+      if (!it->is_array() || it->size() > (uint64_t{1} << 20)) throw InputError(display_, key, "not a list of numbers: not batchcheck's protocol");
+      for (const json& v : *it) {
+        if (!v.is_number_integer()) throw InputError(display_, key, "not a list of numbers: not batchcheck's protocol");
+        out.push_back(v.get<int64_t>());
+      }
+      return out;
+    };
+    static const std::set<std::string> kIds = {"index", "target-out-of-range", "output-out-of-range", "output-nonfinite",
+                                               "target-nonfinite", "shape-mismatch"};
+    for (const json& o : faults) {
+      if (!o.is_object()) throw InputError(display_, "faults", "a fault that is not an object: not batchcheck's protocol");
+      OpFault f;
+      f.id = text(o, "id");
+      if (!kIds.count(f.id)) throw InputError(display_, "faults", "a fault of no known kind: not batchcheck's protocol");
+      if (const auto s = o.find("site"); s != o.end() && s->is_object()) {
+        f.site.op = text(*s, "op");
+        f.site.module = text(*s, "module");
+        f.site.file = text(*s, "file");
+        f.site.source_line = text(*s, "source_line");
+        const double line = number(*s, "line");
+        f.site.line = line > 0 ? static_cast<uint64_t>(line) : 0;
+      }
+      f.module_type = text(o, "module_type");
+      f.what = text(o, "what");
+      f.bound_name = text(o, "bound_name");
+      f.loss = text(o, "loss");
+      f.value = static_cast<int64_t>(number(o, "value"));
+      f.bound = static_cast<int64_t>(number(o, "bound"));
+      f.lo = number(o, "lo");
+      f.hi = number(o, "hi");
+      f.min = number(o, "min");
+      f.max = number(o, "max");
+      f.outside = static_cast<uint64_t>(std::max(0.0, number(o, "outside")));
+      f.nonfinite = static_cast<uint64_t>(std::max(0.0, number(o, "nonfinite")));
+      f.elements = static_cast<uint64_t>(std::max(0.0, number(o, "elements")));
+      f.input_shape = ints(o, "input_shape");
+      f.target_shape = ints(o, "target_shape");
+      for (int64_t r : ints(o, "rows")) {
+        if (r >= 0) f.rows.push_back(static_cast<uint64_t>(r));
+      }
+      const auto fatal = o.find("fatal");
+      f.fatal = fatal == o.end() || !fatal->is_boolean() || fatal->get<bool>();
+      g.stopped = g.stopped || f.fatal;
+      g.faults.push_back(std::move(f));
+    }
+  }
+
+  void read_gradients(const json& grads, GivenForward& g) const {
+    if (!grads.is_array()) throw InputError(display_, "gradients", "not a list: not batchcheck's protocol");
+    std::vector<GradStats> out;
+    for (const json& o : grads) {
+      if (!o.is_object()) throw InputError(display_, "gradients", "an entry that is not an object: not batchcheck's protocol");
+      GradStats s;
+      const auto name = o.find("name");
+      if (name != o.end() && name->is_string()) s.name = single_line(name->get<std::string>());
+      for (auto [key, field] : {std::pair<const char*, uint64_t*>{"elements", &s.elements}, {"nan", &s.nan}, {"inf", &s.inf}}) {
+        const auto it = o.find(key);
+        *field = it != o.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+      }
+      out.push_back(std::move(s));
+    }
+    g.gradients = std::move(out);
   }
 
   // Another shape's capture: a file name in the model's own folder, never a path.

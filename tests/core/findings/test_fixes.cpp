@@ -68,6 +68,7 @@ TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
   const LoaderCase dropped{1041, 8, 1, true};           // drop_last already set
   const LoaderCase ce{1041, 8, 1, false, LossType::CrossEntropy};
   const LoaderCase mse{1041, 8, 1, false, LossType::Mse};
+  const LoaderCase step{1041, 8, 1, false, LossType::Step};
   const std::vector<Case> cases = {
       {"bn on the tail", seed, "batchnorm-single-value", 1, 130, Severity::Error, {},
        V{"drop-last", "batch-size-divisor", "groupnorm-instead-of-batchnorm", "reproduce"}},
@@ -93,6 +94,14 @@ TEST(Fixes, EveryFindingGetsTheFixesForItsCase) {
        V{"bce-with-logits", "drop-last", "batch-size-divisor", "reproduce"}},
       {"mse NaN prediction", mse, "output-nonfinite", 8, 2, Severity::Error, {}, V{"reproduce"}},
       {"class 255", ce, "target-out-of-range", 8, 2, Severity::Error, J{{"classes", 3}, {"offending_values", {255}}},
+       V{"ignore-index", "remap-labels"}},
+      // Label 10 of 10 classes: numbered from 1; ignoring it would drop those samples silently.
+      {"class 10 of 10: the remap first", ce, "target-out-of-range", 8, 2, Severity::Error,
+       J{{"classes", 10}, {"offending_values", {10}}}, V{"remap-labels", "ignore-index"}},
+      // A class index inside the user's step (a T5's flattened labels): the cross_entropy family's
+      // fixes, never BCE's clamp into [0, 1], which would destroy every label.
+      {"a class index inside a step", step, "target-out-of-range", 8, 2, Severity::Error,
+       J{{"index_fault", {{"op", "aten::cross_entropy_loss"}, {"what", "class index"}, {"value", 200}, {"classes", 100}}}},
        V{"ignore-index", "remap-labels"}},
       {"soft labels out of range: no ignore_index", ce, "target-out-of-range", 8, 2, Severity::Error,
        J{{"max", 1.5}}, V{"normalize-soft-targets"}},
@@ -270,6 +279,18 @@ TEST(Fixes, RegionLossesNameTheUsersLossObject) {
   auto ce = fixes("target-out-of-range", {{"classes", 3}, {"offending_values", {255}}});
   ASSERT_EQ(ce.size(), 1u);
   EXPECT_EQ(ce[0].id, "remap-labels");
+}
+
+TEST(Fixes, AClassIndexInAStepGetsTheLossFunctionsFixesWithTheirCode) {
+  const LoaderCase s{1041, 8, 1, false, LossType::Step};
+  Finding f;
+  ASSERT_EQ(fix_ids({"", s, "target-out-of-range", 8, 2, Severity::Error,
+                     J{{"index_fault", {{"op", "aten::nll_loss"}, {"what", "class index"}, {"value", 10}, {"classes", 10}}}}, {}},
+                    &f),
+            (V{"remap-labels", "ignore-index"}));
+  EXPECT_EQ(f.fixes[0].code, "target = target - 1  # where the dataset numbers its 10 classes from 1; else target[target == 10] = <class>");
+  EXPECT_EQ(f.fixes[1].code, "F.nll_loss(..., ignore_index=10)");
+  EXPECT_EQ(f.fixes[1].tradeoff, "samples or pixels labelled 10 stop contributing to the loss: they are silently dropped from training");
 }
 
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {

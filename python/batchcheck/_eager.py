@@ -1,0 +1,205 @@
+"""The user's step run eagerly, with the checks the engine makes in a captured graph made where
+PyTorch makes them: the arguments of embedding, the class-index losses, one_hot and BCE read
+before the op runs (as engine/localize/argument_check does in a graph), and the gradients of
+the loss checked for NaN/Inf. What it finds goes to the engine in the batch's header ("faults",
+"gradients"), in the engine's own terms (core/pipeline/backend.h's OpFault and GradStats), so that
+the findings, their words and their fixes are the command's.
+
+The path that takes over where no capture of the step can be made; the capture's successor when
+torch.jit.trace goes (ARCHITECTURE.md)."""
+import traceback
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from batchcheck._capture import _library
+
+
+class Stopped(Exception):
+    """An op was given what makes it raise (on CUDA: assert): the step stops before it."""
+
+    def __init__(self, fault):
+        super().__init__("batchcheck stopped the step before %s: %s" % (fault["site"]["op"], fault["what"]))
+        self.fault = fault
+
+
+def _site(op, stack):
+    """The op, the innermost module running, and the user's line."""
+    site = {"op": op}
+    if stack and stack[-1][0]:
+        site["module"] = stack[-1][0]
+    for f in reversed(traceback.extract_stack()):
+        if not _library(f.filename):
+            site.update(file=f.filename, line=f.lineno)
+            if f.line:
+                site["source_line"] = f.line.strip()
+            break
+    return site
+
+
+def _rows(bad, batch):
+    """The batch's rows holding a bad value, where the tensor's first dimension is the batch."""
+    if bad.dim() == 0 or bad.shape[0] != batch:
+        return []
+    return torch.nonzero(bad.reshape(batch, -1).any(1)).flatten().tolist()
+
+
+class OpChecks(TorchFunctionMode):
+    """A TorchFunctionMode over one run of the step: each checked op's arguments are read before
+    it runs; a fault that would raise stops the step (Stopped)."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+        self.faults = []
+        self.stack = []  # (module name, type) of the forwards running
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        check = _CHECKS.get(func)
+        if check is not None:
+            with torch._C.DisableTorchFunction():
+                fault = check(self, *args, **kwargs)
+            if fault is not None:
+                self.faults.append(fault)
+                if fault.get("fatal", True):
+                    raise Stopped(fault)
+        return func(*args, **kwargs)
+
+    def _index(self, op, index, bound, what, bound_name, ignore=None, fault_id="index"):
+        if not isinstance(index, torch.Tensor) or index.is_floating_point() or index.numel() == 0:
+            return None
+        i = index.detach().cpu().long()
+        bad = (i < 0) | (i >= bound)
+        if ignore is not None:
+            bad &= i != ignore
+        if not bool(bad.any()):
+            return None
+        values = i[bad]
+        lo, hi = int(values.min()), int(values.max())
+        fault = {"id": fault_id, "what": what, "bound_name": bound_name, "value": lo if lo < 0 and hi < bound else hi,
+                 "bound": int(bound), "rows": _rows(bad, self.batch), "fatal": True,
+                 "site": _site(op, self.stack)}
+        if self.stack and self.stack[-1][0]:
+            fault["module_type"] = self.stack[-1][1]
+        return fault
+
+    def embedding(self, input, weight, *args, **kwargs):
+        return self._index("aten::embedding", input, weight.shape[0], "token id", "num_embeddings")
+
+    def class_index(self, input, target, *args, ignore_index=-100, **kwargs):
+        if not isinstance(input, torch.Tensor):
+            return None
+        bound = input.shape[1] if input.dim() >= 2 else input.shape[0]
+        name = "aten::nll_loss" if kwargs.get("_nll") else "aten::cross_entropy_loss"
+        return self._index(name, target, bound, "class index", "classes", ignore_index, "target-out-of-range")
+
+    def nll(self, input, target, *args, ignore_index=-100, **kwargs):
+        return self.class_index(input, target, ignore_index=ignore_index, _nll=True)
+
+    def one_hot(self, tensor, num_classes=-1):
+        if num_classes < 0:
+            return None
+        return self._index("aten::one_hot", tensor, num_classes, "class value", "num_classes")
+
+    def bce(self, input, target, *args, logits=False, **kwargs):
+        loss = "BCEWithLogitsLoss" if logits else "BCELoss"
+        op = "aten::binary_cross_entropy" + ("_with_logits" if logits else "")
+        if input.shape != target.shape:
+            return {"id": "shape-mismatch", "what": "input", "loss": loss, "input_shape": list(input.shape),
+                    "target_shape": list(target.shape), "fatal": True, "site": _site(op, self.stack)}
+        for k, t in enumerate((input, target)):
+            if not t.is_floating_point() or t.numel() == 0:
+                continue
+            ranged = not (logits and k == 0)
+            d = t.detach().cpu().double()
+            finite = torch.isfinite(d)
+            outside = (finite & ((d < 0) | (d > 1))) if ranged else torch.zeros_like(finite)
+            nonfinite = int((~finite).sum())
+            if nonfinite == 0 and not bool(outside.any()):
+                continue
+            what = "input" if k == 0 else "target"
+            fault = {"id": ("output" if k == 0 else "target") + ("-nonfinite" if nonfinite else "-out-of-range"),
+                     "what": what, "loss": loss, "nonfinite": nonfinite, "outside": int(outside.sum()), "lo": 0.0,
+                     "hi": 1.0, "elements": t.numel(), "fatal": not logits, "rows": _rows(~finite | outside, self.batch),
+                     "site": _site(op, self.stack)}
+            if nonfinite < t.numel():
+                fault["min"], fault["max"] = float(d[finite].min()), float(d[finite].max())
+            return fault
+        return None
+
+    def bce_logits(self, input, target, *args, **kwargs):
+        return self.bce(input, target, logits=True)
+
+
+_CHECKS = {
+    F.embedding: OpChecks.embedding,
+    F.cross_entropy: OpChecks.class_index,
+    F.nll_loss: OpChecks.nll,
+    F.one_hot: OpChecks.one_hot,
+    F.binary_cross_entropy: OpChecks.bce,
+    F.binary_cross_entropy_with_logits: OpChecks.bce_logits,
+}
+
+
+class _ModuleStack:
+    """Which module's forward is running, by the names the model gives them (global hooks, for
+    one run); "" for the step's own wrapper and modules outside the model: the step's own code."""
+
+    def __init__(self, checks, owner):
+        self.checks = checks
+        self.names = {id(m): (n[len("model."):] if n.startswith("model.") else n) for n, m in owner.named_modules() if n}
+
+    def __enter__(self):
+        from torch.nn.modules import module as m
+
+        def pre(mod, args):
+            self.checks.stack.append((self.names.get(id(mod), ""), type(mod).__name__))
+
+        def post(mod, args, out):
+            if self.checks.stack:
+                self.checks.stack.pop()
+        self.handles = [m.register_module_forward_pre_hook(pre), m.register_module_forward_hook(post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        return False
+
+
+def run_step(captures, fields, train):
+    """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
+    exception it raised or None). In train mode the loss's gradients are computed with
+    torch.autograd.grad (the parameters' .grad untouched) and each parameter's NaN/Inf counted."""
+    from batchcheck._capture import untouched
+    args = captures._args(fields)
+    batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
+    checks = OpChecks(batch)
+    owner = captures.owner
+    with untouched(owner, captures.mode), _ModuleStack(checks, owner):
+        try:
+            with torch.enable_grad(), checks:
+                loss = captures.eager(args)
+        except Stopped:
+            return None, checks.faults, None, None
+        except Exception as e:  # the step's own error: the batch's finding
+            return None, checks.faults, None, e
+        grads = None
+        if train and isinstance(loss, torch.Tensor) and loss.requires_grad and bool(torch.isfinite(loss).all()):
+            named = [(n[len("model."):] if n.startswith("model.") else n, p) for n, p in owner.named_parameters()
+                     if p.requires_grad]
+            try:
+                got = torch.autograd.grad(loss.sum() if loss.numel() != 1 else loss, [p for _, p in named],
+                                          allow_unused=True)
+            except Exception as e:  # backward's own error (an in-place op): the batch's finding
+                return loss.detach(), checks.faults, None, e
+            grads = []
+            for (name, _), g in zip(named, got):
+                if g is None or not g.is_floating_point():
+                    continue
+                nan, inf = int(torch.isnan(g).sum()), int(torch.isinf(g).sum())
+                if nan + inf:
+                    grads.append({"name": name, "elements": g.numel(), "nan": nan, "inf": inf})
+        return loss.detach(), checks.faults, grads, None
