@@ -11,19 +11,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+# Each step's time, where a fresh machine spends it (docs/install.md).
+took() { echo "  ($(($SECONDS - ${1})) s)" >&2; }
+echo "+ BATCHCHECK_SETUP=demo scripts/setup.sh   # Debian packages and the torch venv, where missing" >&2
+t=$SECONDS
 BATCHCHECK_SETUP=demo scripts/setup.sh
+took $t
 source scripts/torch-env.sh
-# The bundled samples' models and data (sample_configs/generated/), made by a build of their own
-# (build-demo/): the samples' generator only, no tests. -Werror as the suite's builds: the same
-# flags, so ccache shares the objects with them.
-echo "+ building the samples' data (build-demo/)" >&2
-BUILD_DIR=build-demo BUILD_TARGET=samples scripts/build.sh -DBATCHCHECK_BUILD_TESTS=OFF -DBATCHCHECK_WERROR=ON
-echo "+ scripts/wheel.sh   # dist/batchcheck-*.whl, built against $("$BC_PYTHON" -c 'import torch; print("torch", torch.__version__)')" >&2
-wheel=$(BATCHCHECK_PYTHON=$BC_PYTHON BATCHCHECK_WERROR=ON scripts/wheel.sh | tail -1)
+# The wheel, and in the same build the bundled samples' models and data (sample_configs/generated/):
+# one compile of the sources (-Werror as the suite's builds). No test is compiled.
+echo "+ BATCHCHECK_SAMPLES=ON scripts/wheel.sh   # dist/batchcheck-*.whl, built against $("$BC_PYTHON" -c 'import torch; print("torch", torch.__version__)'), and the samples' data" >&2
+t=$SECONDS
+wheel=$(BATCHCHECK_PYTHON=$BC_PYTHON BATCHCHECK_WERROR=ON BATCHCHECK_SAMPLES=ON scripts/wheel.sh | tail -1)
+took $t
 DEMO=${BATCHCHECK_DEMO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/batchcheck/demo-venv}
 scripts/venv-with-torch.sh "$DEMO" "$BC_PYTHON"
 echo "+ pip install $wheel   (into $DEMO)" >&2
+t=$SECONDS
 "$DEMO/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+took $t
 echo "+ batchcheck scan sample_configs/segmentation_tail.json -o segmentation_tail.report.json" >&2
 status=0
 "$DEMO/bin/batchcheck" scan sample_configs/segmentation_tail.json -o segmentation_tail.report.json || status=$?

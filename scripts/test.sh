@@ -55,8 +55,8 @@ if [[ "${BATCHCHECK_QUICK:-0}" == 1 ]]; then
   exit 0
 fi
 
-# The README's two commands in order on one machine: command 1 (the demo: its own build of the
-# samples, the wheel, a venv of its own), then command 2's package test again, which must find
+# The README's two commands in order on one machine: command 1 (the demo: the wheel and the
+# samples' data in one build, a venv of its own), then command 2's package test again, which must find
 # nothing of the demo's install (it once saw the demo's batchcheck through the shared venv).
 stage "README command 1 (scripts/demo.sh), then command 2's package tests"
 scripts/demo.sh 2>&1 | tail -4 >&2

@@ -44,6 +44,8 @@ say "building against torch $torch_version ($PY)"
 settings=(--config-settings=build-dir="${WHEEL_BUILD_DIR:-$SRC/build-wheel}" --config-settings=cmake.define.BATCHCHECK_RELOCATABLE=ON)
 # The suite's builds are -Werror (BATCHCHECK_WERROR=ON): the same flags share ccache's objects.
 [[ ${BATCHCHECK_WERROR:-OFF} == ON ]] && settings+=(--config-settings=cmake.define.BATCHCHECK_WERROR=ON)
+# BATCHCHECK_SAMPLES=ON: the bundled samples' data too, into sample_configs/generated/ (the demo).
+[[ ${BATCHCHECK_SAMPLES:-OFF} == ON ]] && settings+=(--config-settings=cmake.define.BATCHCHECK_SAMPLES=ON)
 if command -v ccache >/dev/null 2>&1; then
   settings+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache)")
   export CCACHE_BASEDIR=$SRC CCACHE_NOHASHDIR=1
