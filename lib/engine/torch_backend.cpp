@@ -302,6 +302,8 @@ class TorchBackend : public Backend {
   }
 
   std::optional<Localization> localize(const LocalizeRequest& req) override {
+    // A step run eagerly in the user's process was re-run there: where its NaN was born.
+    if (given_ && given_->localization) return given_->localization;
     // A step on a GPU is localized on the CPU: the localizer runs every op of it, the loss op
     // whose NaN input it traces among them, which would assert on the device.
     if (cfg_.loss.type == LossType::Step && device_.is_cuda()) {

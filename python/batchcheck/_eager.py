@@ -12,6 +12,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from batchcheck._capture import _library
 
@@ -203,3 +204,79 @@ def run_step(captures, fields, train):
                 if nan + inf:
                     grads.append({"name": name, "elements": g.numel(), "nan": nan, "inf": inf})
         return loss.detach(), checks.faults, grads, None
+
+
+def _summary(name, t):
+    """TensorSummary's fields (core/findings/root_cause.h) of a float tensor."""
+    d = t.detach().cpu().double()
+    finite = torch.isfinite(d)
+    s = {"name": name, "shape": list(t.shape), "elements": t.numel(), "nan": int(torch.isnan(d).sum()),
+         "pos_inf": int((d == float("inf")).sum()), "neg_inf": int((d == float("-inf")).sum())}
+    if bool(finite.any()):
+        v = d[finite]
+        s.update(min=float(v.min()), max=float(v.max()), negative=int((v < 0).sum()), zero=int((v == 0).sum()),
+                 outside_unit=int((v.abs() > 1).sum()))
+    return s
+
+
+def _finite(t):
+    return not t.is_floating_point() or bool(torch.isfinite(t).all())
+
+
+class _FirstNonfinite(TorchDispatchMode):
+    """Each op as it runs: the first whose output holds NaN from inputs without one (the origin),
+    and the first whose output holds Inf from finite inputs (where a NaN made of an Inf began: an
+    exp that overflowed, a mask's -inf fill)."""
+
+    def __init__(self, stack):
+        super().__init__()
+        self.stack = stack
+        self.nan = self.inf = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.nan is None:
+            from torch.utils._pytree import tree_leaves
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            ins = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            if any(bool(torch.isnan(t).any()) for t in outs) and not any(bool(torch.isnan(t).any()) for t in ins):
+                self.nan = self._record(func, ins, outs)
+            elif self.inf is None and not all(_finite(t) for t in outs) and all(_finite(t) for t in ins):
+                self.inf = self._record(func, ins, outs)
+        return out
+
+    def _record(self, func, ins, outs):
+        op = "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
+        return {"site": _site(op, self.stack), "inputs": [_summary("input %d" % k, t) for k, t in enumerate(ins[:4])],
+                "output": _summary("output", next(t for t in outs if not _finite(t)))}
+
+
+def localize(captures, fields):
+    """Where the first NaN/Inf of a failing batch was born, its step run once more eagerly: a
+    model input that holds it, a parameter that does, or the first op that made it from finite
+    values. Localization's fields (core/findings/root_cause.h); None where nothing was seen."""
+    from batchcheck._capture import untouched
+    for (name, t) in fields:
+        if isinstance(t, torch.Tensor) and not _finite(t):
+            return {"origin": "input", "kind": "nonfinite", "name": name, "output": _summary(name, t)}
+    owner = captures.owner
+    for name, p in list(owner.named_parameters()) + list(owner.named_buffers()):
+        if not _finite(p):
+            name = name[len("model."):] if name.startswith("model.") else name
+            return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
+    args = captures._args(fields)
+    checks = OpChecks(int(args[0].shape[0]) if args and args[0].dim() > 0 else 1)
+    seen = _FirstNonfinite(checks.stack)
+    with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
+        try:
+            with seen:
+                captures.eager(args)
+        except Exception:  # it raised after the first bad value, or before: what was seen stands
+            pass
+    first = seen.nan or seen.inf
+    if first is None:
+        return None
+    loc = dict(first, origin="op", kind="nonfinite")
+    if seen.nan is not None and seen.inf is not None:
+        loc["inf_from"] = seen.inf["site"]
+    return loc

@@ -200,9 +200,15 @@ class _EagerStep:
     def serve(self, fields):
         """(the loss or None, what the batch's header adds)."""
         from batchcheck._capture import message, record
-        from batchcheck._eager import run_step
+        from batchcheck._eager import localize, run_step
         loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train")
         extra = {}
+        nonfinite = (loss is not None and not bool(torch.isfinite(loss).all())) or \
+            any(f.get("nonfinite") for f in faults) or any(g["nan"] + g["inf"] for g in grads or ())
+        if nonfinite:  # the failing batch once more, to say where its first NaN/Inf was born
+            root = localize(self.captures, fields)
+            if root is not None:
+                extra["root_cause"] = root
         if faults:
             extra["faults"] = faults
         if err is not None and loss is None:

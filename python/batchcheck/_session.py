@@ -195,7 +195,7 @@ class Session:
             except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
                 warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
                               "it can be made; it runs eagerly in this process, its loss ops' and index ops' arguments "
-                              "and its gradients checked there; the NaN's origin is not searched"
+                              "and its gradients checked there, a NaN traced to the op that made it"
                               % (len(candidates), _failure_reason(e)), stacklevel=3)
                 if self.arrays is not None:
                     self.arrays.close()

@@ -145,18 +145,28 @@ class _Server:
         size = 0
         while size < budget:
             with self.lock:
-                if self.closing or self.asked or self.ahead_end or self.ahead_error is not None:
+                if self.closing or self.asked:
                     return
-                try:
-                    got = self.next_live()
-                except Exception as e:  # the loader itself failed: raised where the batch is wanted
-                    self.ahead_error = e
-                    return
+                got = self._pull_ahead()
                 if got is None:
-                    self.ahead_end = True
                     return
-                self.ahead.append(got)
                 size += _nbytes(got[1])
+
+    def _pull_ahead(self):
+        """The live loader's next (indices, batch) appended to `ahead` (the lock held), or None at
+        its end or where it failed (the failure raised where the batch is wanted)."""
+        if self.ahead_end or self.ahead_error is not None:
+            return None
+        try:
+            got = self.next_live()
+        except Exception as e:  # the loader itself failed
+            self.ahead_error = e
+            return None
+        if got is None:
+            self.ahead_end = True
+            return None
+        self.ahead.append(got)
+        return got
 
     def _draw(self):
         """The live loader's next (indices, batch): read ahead already, or drawn now. Its indices
@@ -202,16 +212,8 @@ class _Server:
         (a step that raises on the first batch is traced on the next that loads)."""
         out = []
         with self.lock:
-            while len(self.ahead) < k and not self.ahead_end and self.ahead_error is None:
-                try:
-                    got = self.next_live()
-                except Exception as e:  # raised again where the batch is wanted
-                    self.ahead_error = e
-                    break
-                if got is None:
-                    self.ahead_end = True
-                    break
-                self.ahead.append(got)
+            while len(self.ahead) < k and self._pull_ahead() is not None:
+                pass
             for _, batch in list(self.ahead)[:k]:
                 if not isinstance(batch, Exception):
                     try:

@@ -7,7 +7,8 @@ sequence-first [T, B] batches, a loss inside the model's forward, autocast.
 
 Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
 """
-import math
+import inspect
+import os
 import unittest
 
 import torch
@@ -547,19 +548,21 @@ class TestAStepNoCaptureCanBeMade(unittest.TestCase):
         out = model(x)
         # A norm of each row scaled by its input: sqrt at 0 makes a NaN gradient for an all-zero sample.
         reg = torch.sqrt((out * x.abs().sum(1, keepdim=True)).pow(2).sum(1))
-        return F.cross_entropy(out, y) + 1e-3 * reg.sum()
+        log_prior = torch.log(x[:, 0] + 1.0).sum()  # NaN for a first feature below -1
+        return F.cross_entropy(out, y) + 1e-3 * reg.sum() + 1e-3 * log_prior
 
     def test_faults_and_gradients_are_found_eagerly_at_the_real_loops_batches(self):
         g = torch.Generator().manual_seed(11)
         x, y = torch.rand(120, 4, generator=g) + 0.1, torch.randint(0, 10, (120,), generator=g)
         y[:64:8] = 10  # one label past the classes in each of the first 8 batches
         x[100] = 0.0  # its gradient is NaN
+        x[110, 0] = -2.0  # its loss is NaN, born in the step's log
         loader = DataLoader(TensorDataset(x, y), batch_size=8)
         model = self.Net()
         with self.assertWarns(UserWarning):
             report = batchcheck.scan(model, loader, step=self.step, quiet=True)
         truth = real_loop(model, loader, self.step)
-        self.assertEqual(sorted(truth), list(range(8)))
+        self.assertEqual(sorted(truth), list(range(8)) + [13])
         found = error_batches(report)
         for k in range(8):
             self.assertEqual(found.get(k), {"target-out-of-range": [8 * k]}, report.text)
@@ -568,8 +571,19 @@ class TestAStepNoCaptureCanBeMade(unittest.TestCase):
         self.step(model, (x[96:104], y[96:104])).backward()
         self.assertTrue(torch.isnan(model.fc.weight.grad).any())
         self.assertIn("gradient-nonfinite", found.get(12, {}), report.text)
-        self.assertEqual(sorted(found), list(range(8)) + [12], report.text)
+        self.assertEqual(truth[13], "non-finite loss")
+        self.assertEqual(sorted(found), list(range(8)) + [12, 13], report.text)
+        # Where the NaN was born, found by running the failing batch once more.
+        nan = [f for f in report.findings if 13 in f.batches and f.severity == "error"][0]
+        root = nan.data.get("root_cause") or {}
+        self.assertEqual((root.get("kind"), root.get("op")), ("op", "aten::log"), nan.data)
+        self.assertEqual((os.path.basename(root.get("file", "")), root.get("line")), ("test_captures.py", LOG_PRIOR_LINE), root)
         self.assertTrue(any("eagerly" in n for n in report.data["notes"]), report.data["notes"])
+
+
+# The line of the step's log, where the NaN of batch 13 is born.
+LOG_PRIOR_LINE = next(n for n, line in enumerate(inspect.getsource(inspect.getmodule(TestAStepNoCaptureCanBeMade)).splitlines(), 1)
+                      if line.strip().startswith("log_prior = torch.log("))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ struct GivenForward {
   bool stopped = false;
   std::optional<std::vector<GradStats>> gradients;
   std::string backward_error;
+  std::optional<Localization> localization;  // where its first NaN/Inf was born, re-run there
 };
 
 class DataSource {

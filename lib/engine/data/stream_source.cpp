@@ -311,6 +311,10 @@ class StreamSource : public DataSource {
       if (!b.given) b.given.emplace();
       read_gradients(*it, *b.given);
     }
+    if (const auto it = header.find("root_cause"); it != header.end()) {
+      if (!b.given) b.given.emplace();
+      b.given->localization = read_localization(*it);
+    }
     if (const auto it = header.find("backward_error"); it != header.end() && it->is_string()) {
       if (!b.given) b.given.emplace();
       b.given->backward_error = single_line(it->get<std::string>());
@@ -408,6 +412,67 @@ class StreamSource : public DataSource {
       g.stopped = g.stopped || f.fatal;
       g.faults.push_back(std::move(f));
     }
+  }
+
+  // Localization's fields (core/findings/root_cause.h), read by type: a value of another type
+  // is left out, an object of the wrong shape is the protocol's error.
+  Localization read_localization(const json& o) const {
+    if (!o.is_object()) throw InputError(display_, "root_cause", "not an object: not batchcheck's protocol");
+    auto text = [](const json& j, const char* key) {
+      const auto it = j.find(key);
+      return it != j.end() && it->is_string() ? single_line(it->get<std::string>()) : std::string();
+    };
+    auto count = [](const json& j, const char* key) {
+      const auto it = j.find(key);
+      return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
+    };
+    auto site = [&](const json& j) {
+      OpSite s;
+      if (!j.is_object()) return s;
+      s.op = text(j, "op");
+      s.module = text(j, "module");
+      s.file = text(j, "file");
+      s.source_line = text(j, "source_line");
+      s.line = count(j, "line");
+      return s;
+    };
+    auto summary = [&](const json& j) {
+      TensorSummary t;
+      if (!j.is_object()) return t;
+      t.name = text(j, "name");
+      if (const auto s = j.find("shape"); s != j.end() && s->is_array() && s->size() <= 64) {
+        for (const json& d : *s) {
+          if (d.is_number_integer()) t.shape.push_back(d.get<int64_t>());
+        }
+      }
+      t.elements = count(j, "elements");
+      t.nan = count(j, "nan");
+      t.pos_inf = count(j, "pos_inf");
+      t.neg_inf = count(j, "neg_inf");
+      t.negative = count(j, "negative");
+      t.zero = count(j, "zero");
+      t.outside_unit = count(j, "outside_unit");
+      for (auto [key, field] : {std::pair<const char*, std::optional<double>*>{"min", &t.min}, {"max", &t.max}}) {
+        const auto it = j.find(key);
+        if (it != j.end() && it->is_number()) *field = it->get<double>();
+      }
+      return t;
+    };
+    Localization l;
+    l.origin = text(o, "origin");
+    if (l.origin != "op" && l.origin != "input" && l.origin != "parameter") {
+      throw InputError(display_, "root_cause", "an origin of no known kind: not batchcheck's protocol");
+    }
+    l.kind = "nonfinite";
+    l.name = text(o, "name");
+    if (const auto s = o.find("site"); s != o.end()) l.site = site(*s);
+    if (const auto in = o.find("inputs"); in != o.end() && in->is_array()) {
+      for (std::size_t k = 0; k < in->size() && k < 8; ++k) l.inputs.push_back(summary((*in)[k]));
+    }
+    if (const auto out = o.find("output"); out != o.end()) l.output = summary(*out);
+    if (const auto inf = o.find("inf_from"); inf != o.end() && inf->is_object()) l.inf_from = site(*inf);
+    l.forwards = 1;
+    return l;
   }
 
   void read_gradients(const json& grads, GivenForward& g) const {
