@@ -189,7 +189,7 @@ class Captures:
         for fields in candidates:
             # The trace runs the user's code on these fields: what it recorded is what the code
             # computes on them, so the capture is proven at their shape without another run.
-            with untouched(self.owner, self.mode), torch.no_grad(), _quiet(), _AutocastSeen(self.autocast):
+            with untouched(self.owner, self.mode), torch.no_grad(), _quiet(), _autocast_seen(self.autocast):
                 try:
                     module = self.trace(self._args(fields))
                 except Exception as e:
@@ -206,7 +206,7 @@ class Captures:
         `fields` where the user's code computes the same there."""
         self.saved.append((name, module))
         out, err = self._run(module, fields)
-        with _AutocastSeen(self.autocast):
+        with _autocast_seen(self.autocast):
             ref, ref_err = self._run(self.eager, fields)
         if err is None and ref_err is None and same(out, ref):
             self.proven[signature(fields)] = name
@@ -262,21 +262,23 @@ class Captures:
                                     "computes what it does" % (shape, why, self.what), "unchecked": True}
 
 
-class _AutocastSeen(torch.overrides.TorchFunctionMode):
-    """Which torch.autocast the user's code enters (device type, dtype), op by op: one run only."""
+@contextlib.contextmanager
+def _autocast_seen(seen):
+    """Which torch.autocast the user's code enters (device type, dtype), seen at its __enter__:
+    no frame of batchcheck's stays in the stack a trace records for each op (a TorchFunctionMode's
+    would be taken for the user's line)."""
+    cls = torch.amp.autocast_mode.autocast
+    enter = cls.__enter__
 
-    def __init__(self, seen):
-        super().__init__()
-        self.seen = seen
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        for device in ("cpu", "cuda"):
-            try:
-                if torch.is_autocast_enabled(device):
-                    self.seen.add((device, torch.get_autocast_dtype(device)))
-            except (TypeError, RuntimeError):  # a torch without the per-device queries
-                pass
-        return func(*args, **(kwargs or {}))
+    def seeing(self):
+        if getattr(self, "_enabled", False):
+            seen.add((str(getattr(self, "device", "?")), getattr(self, "fast_dtype", None)))
+        return enter(self)
+    cls.__enter__ = seeing
+    try:
+        yield
+    finally:
+        cls.__enter__ = enter
 
 
 def notes(captures):

@@ -32,6 +32,23 @@ def _source(model, loader, step):
         what, _sampler_name(loader), loader.batch_size, ", drop_last=True" if loader.drop_last else "")
 
 
+def _collate_name(loader):
+    """The loader's collate function as `reproduce` should call it: "module.function" where it is a
+    module's function by that name, "loader.collate_fn" where it has none (a lambda, a closure, a
+    function of the script itself); None for PyTorch's default_collate."""
+    from torch.utils.data._utils.collate import default_collate
+    fn = loader.collate_fn
+    if fn is default_collate:
+        return None
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    ok = isinstance(module, str) and module != "__main__" and name.isidentifier() and \
+        all(part.isidentifier() for part in module.split("."))
+    if ok:
+        import sys
+        ok = getattr(sys.modules.get(module), name, None) is fn
+    return "%s.%s" % (module, name) if ok else "loader.collate_fn"
+
+
 def _each(*steps):
     """Runs every step in order, even where one raises; then raises the first exception."""
     error = None
@@ -70,6 +87,9 @@ class Session:
                        "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
                        "loss": {"type": "step"} if o.step is not None else _export.loss_config(o.loss),
                        "source": _source(model, loader, o.step)}
+        collate = _collate_name(loader)
+        if collate is not None:
+            self.config["loader"]["collate_fn"] = collate
         if sequential:
             if loader.drop_last:
                 self.config["loader"]["drop_last"] = True

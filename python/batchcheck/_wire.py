@@ -113,13 +113,25 @@ def _file_of(dataset, i, error):
         n = len(dataset)
     except TypeError:
         return None
-    for attr in ("samples", "imgs", "files", "file_list", "filenames", "paths", "image_paths", "images"):
+    known = ("samples", "imgs", "files", "file_list", "filenames", "paths", "image_paths", "images")
+    # The names torchvision and common Datasets use first, then any other attribute of theirs
+    # that lists one path per sample (super_resolution's image_filenames, a Dataset's own name).
+    others = sorted(k for k in getattr(dataset, "__dict__", {}) if k not in known)
+    for attr in known + tuple(others):
         seq = getattr(dataset, attr, None)
         if not isinstance(seq, (list, tuple)) or len(seq) != n:
             continue
         item = seq[i]
         if isinstance(item, (tuple, list)) and item:
             item = item[0]
-        if isinstance(item, (str, os.PathLike)):
+        if isinstance(item, (str, os.PathLike)) and (attr in known or _looks_like_a_path(item)):
             return os.fspath(item)
     return None
+
+
+def _looks_like_a_path(item):
+    """A string of an attribute batchcheck does not know by name, taken for a file's path: it has
+    a folder or an extension (a list of class names or captions is none)."""
+    text = os.fspath(item)
+    return isinstance(text, str) and 0 < len(text) < 4096 and "\n" not in text and \
+        ("/" in text or os.sep in text or os.path.splitext(text)[1] != "")

@@ -178,6 +178,9 @@ struct LoaderConfig {
   // DataLoader arguments accepted so a user can paste theirs, but which do not change
   // which samples land in which batch (num_workers, pin_memory, ...): named in the report.
   std::vector<std::string> ignored_keys;
+  // loader.collate_fn: the user's collate function as `reproduce` calls it: "module.function",
+  // or "loader.collate_fn" where it has no importable name (batchcheck.scan() writes it).
+  std::string collate_fn;
 };
 
 struct LossConfig {

@@ -199,9 +199,20 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
   std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
-                                    "sampler_drop_last", "accumulation_steps", "collate", "order", "order_name"};
+                                    "sampler_drop_last", "accumulation_steps", "collate", "order", "order_name", "collate_fn"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
+  if (const std::optional<std::string> fn = l.string("collate_fn")) {
+    // It becomes Python code in a fix: a dotted name of identifiers, nothing else.
+    bool ok = !fn->empty() && fn->size() <= 200 && fn->front() != '.' && fn->back() != '.';
+    for (std::size_t i = 0; ok && i < fn->size(); ++i) {
+      const char ch = (*fn)[i];
+      ok = std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || (ch == '.' && (*fn)[i - 1] != '.') ;
+      if (ok && (i == 0 || (*fn)[i - 1] == '.') && std::isdigit(static_cast<unsigned char>(ch))) ok = false;
+    }
+    if (!ok) l.fail("collate_fn", "expected a Python name such as \"mymodule.pad_collate\" (a module's function)");
+    out.collate_fn = *fn;
+  }
   for (const auto& k : kNoEffect) {
     if (l.has(k)) out.ignored_keys.push_back(k);
   }

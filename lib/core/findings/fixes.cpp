@@ -42,8 +42,18 @@ std::string output_selector(const FixContext& c) {
 // every sample), so `reproduce` never lists just the bad ones.
 Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
   const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
-  const bool plain = !c.collate_pads && !c.collate_list;
+  // The user's own collate function where it is known by name (batchcheck.scan() says), else
+  // a padding collate's `collate_fn`, else PyTorch's default_collate.
+  const std::string::size_type dot = c.collate_fn.rfind('.');
+  const bool by_loader = c.collate_fn.rfind("loader.", 0) == 0;
+  const std::string collate = !c.collate_fn.empty() ? (by_loader || dot == std::string::npos ? c.collate_fn : c.collate_fn.substr(dot + 1))
+                              : c.collate_pads      ? "collate_fn"
+                                                    : "default_collate";
+  const bool plain = c.collate_fn.empty() && !c.collate_pads && !c.collate_list;
   std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
+  if (!c.collate_fn.empty() && !by_loader && dot != std::string::npos) {
+    code = "from " + c.collate_fn.substr(0, dot) + " import " + collate + "; ";
+  }
   // A long list of indices is the fix's "indices", not the code's: the first few are shown.
   constexpr std::size_t kInline = 16;
   const std::string listed = python_indices(idx);
@@ -56,19 +66,21 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
   const std::string samples = "[dataset[i] for i in " + (inline_list ? listed : std::string("idx")) + "]";
   if (c.loss.type == LossType::Step) {
     // The user's own step on the batch as their loader makes it.
-    code += std::string("batch = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); model.train(" +
+    code += "batch = " + collate + "(" + samples + "); model.train(" +
             (c.mode == Mode::Train ? "True" : "False") + "); loss = step(model, batch)" + (with_backward ? "; loss.backward()" : "");
     const std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
                                       : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?"));
     Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-          "needs your Dataset object as `dataset`, the model as `model` and your training step as `step`", {}, {}};
+          std::string("needs your Dataset object as `dataset`, the model as `model` and your training step as `step`") +
+              (by_loader ? ", and your DataLoader as `loader`" : ""),
+          {}, {}};
     if (!inline_list) r.indices = idx;
     return r;
   }
   if (c.collate_list) {
     code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
   } else {
-    code += std::string("x, y = ") + (c.collate_pads ? "collate_fn" : "default_collate") + "(" + samples + "); ";
+    code += "x, y = " + collate + "(" + samples + "); ";
   }
   code += std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + "); ";
   if (c.loss.type == LossType::Model) {
@@ -103,7 +115,9 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
                                     (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
   Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
         std::string("needs your Dataset object as `dataset` and the model as `model`") +
-            (c.collate_pads ? " and your padding collate function as `collate_fn`" : "") +
+            (by_loader                             ? " and your DataLoader as `loader`"
+             : c.collate_pads && c.collate_fn.empty() ? " and your padding collate function as `collate_fn`"
+                                                      : "") +
             (with_loss && is_region_loss(c.loss.type) ? ", and your loss object as `loss_fn`" : "") +
             (inline_list ? "" : "; `fix` is this fix (f.fixes in Python, the report's JSON)"),
         {}, {}};
@@ -497,6 +511,29 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "a traced archive keeps the mode it was traced in: keep one archive per mode", {}});
     f.fixes.push_back({"script-instead", "script the model: the mode then follows model.train()/eval()",
                        "torch.jit.script(model).save(path)", "needs code TorchScript can compile", {}});
+  } else if (id == "forward-error" && f.evidence.contains("index_fault") &&
+             f.evidence["index_fault"].value("what", std::string()) == "token id") {
+    // A token id past the embedding: the most common index error of language models (a
+    // tokenizer or vocabulary that outgrew the embedding, a special token added after it).
+    const auto& ix = f.evidence["index_fault"];
+    const int64_t value = ix.value("value", int64_t{0}), bound = ix.value("num_embeddings", int64_t{0});
+    const std::string module = ix.value("module", std::string());
+    const std::string n = std::to_string(bound);
+    if (value < 0) {
+      f.fixes.push_back({"map-negative-ids", "a negative id reached the embedding (a label's -100 used as an input id?): map it to the pad token",
+                         "ids = ids.masked_fill(ids < 0, pad_id)  # before the model; -100 belongs in the labels only",
+                         "check that the pad id is masked out of the loss", {}});
+    } else {
+      f.fixes.push_back({"check-vocab-size", "compare the vocabulary that made the ids with the embedding's " + n + " rows",
+                         "assert len(tokenizer) <= model.get_input_embeddings().num_embeddings  # transformers; or max(vocab.values()) < " + n,
+                         "finds the mismatch where it is made: a tokenizer whose vocabulary grew (added special tokens) after the model was built", {}});
+      f.fixes.push_back({"resize-embeddings", "make the embedding" + (module.empty() ? std::string() : " " + module) + " as large as the vocabulary",
+                         "model.resize_token_embeddings(len(tokenizer))  # transformers; else nn.Embedding(len(vocab), dim)",
+                         "the new rows start untrained; a saved checkpoint needs the same size", {}});
+      f.fixes.push_back({"map-unknown-ids", "map ids past the vocabulary to the unknown token",
+                         "ids = ids.masked_fill(ids >= " + n + ", unk_id)", "hides a real vocabulary mismatch", {}});
+    }
+    f.fixes.push_back(reproduce(f, c, false, false));
   } else {
     if (id == "forward-error" && f.evidence.contains("cause") && f.evidence["cause"] == "input-dtype") {
       f.fixes.push_back({"cast-inputs", "feed float32 inputs, as the model's weights are",

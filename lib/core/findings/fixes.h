@@ -21,6 +21,7 @@ struct FixContext {
   std::optional<std::variant<int64_t, std::string>> output;  // model.output
   bool collate_pads = false;  // loader.collate pads a field: the user's own collate_fn builds batches
   bool collate_list = false;  // loader.collate.list: tuple(zip(*batch))
+  std::string collate_fn;     // loader.collate_fn: the user's collate function, by its name
   // Every sample of the finding's first failing batch, in delivery order (for `reproduce`).
   std::vector<int64_t> batch_indices;
 };

@@ -83,6 +83,7 @@ void Aggregator::finish_findings() {
   fc.output = cfg_.model.output;
   fc.collate_pads = cfg_.loader.collate.pads();
   fc.collate_list = cfg_.loader.collate.list;
+  fc.collate_fn = cfg_.loader.collate_fn;
   for (std::size_t i = 0; i < findings_.size(); ++i) {
     fc.batch_indices = first_batch_[i];
     if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);

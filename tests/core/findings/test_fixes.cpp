@@ -293,6 +293,19 @@ TEST(Fixes, AClassIndexInAStepGetsTheLossFunctionsFixesWithTheirCode) {
   EXPECT_EQ(f.fixes[1].tradeoff, "samples or pixels labelled 10 stop contributing to the loss: they are silently dropped from training");
 }
 
+TEST(Fixes, ATokenIdPastTheEmbeddingGetsTheVocabularysFixes) {
+  const LoaderCase s{1041, 8, 1, false, LossType::Step};
+  Finding f;
+  const J past = {{"index_fault", {{"op", "aten::embedding"}, {"module", "src_embedding"}, {"what", "token id"}, {"value", 300},
+                                   {"num_embeddings", 300}}}};
+  ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, past, {}}, &f),
+            (V{"check-vocab-size", "resize-embeddings", "map-unknown-ids", "reproduce"}));
+  EXPECT_EQ(f.fixes[1].title, "make the embedding src_embedding as large as the vocabulary");
+  EXPECT_EQ(f.fixes[2].code, "ids = ids.masked_fill(ids >= 300, unk_id)");
+  const J negative = {{"index_fault", {{"op", "aten::embedding"}, {"what", "token id"}, {"value", -100}, {"num_embeddings", 300}}}};
+  EXPECT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, negative, {}}), (V{"map-negative-ids", "reproduce"}));
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));
