@@ -37,6 +37,14 @@ bool library_frame(const std::string& file) {
   for (const char* part : {"site-packages/", "dist-packages/", "code/__torch__/torch/", "/torch/nn/", "/torch/functional.py"}) {
     if (file.find(part) != std::string::npos) return true;
   }
+  // batchcheck's own package run from a checkout (PYTHONPATH=python): its frames (the step's
+  // wrapper) are never the user's line.
+  static const std::string kPackage = "/python/batchcheck/";
+  const std::string::size_type at = file.find(kPackage);
+  if (at != std::string::npos && file.find('/', at + kPackage.size()) == std::string::npos && file.size() > 3 &&
+      file.compare(file.size() - 3, 3, ".py") == 0) {
+    return true;
+  }
   return starts_with(file, "torch/");
 }
 

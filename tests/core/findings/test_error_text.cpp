@@ -73,6 +73,9 @@ TEST(ErrorText, LibraryFrames) {
   EXPECT_FALSE(library_frame("/home/u/project/model.py"));
   EXPECT_FALSE(library_frame("code/__torch__/model.py"));
   EXPECT_FALSE(library_frame("<string>"));
+  // batchcheck's package run from a checkout: its step wrapper is never the user's line.
+  EXPECT_TRUE(library_frame("/tmp/fresh/python/batchcheck/_prepare.py"));
+  EXPECT_FALSE(library_frame("/home/u/python/batchcheck/train/step.py"));
 }
 
 TEST(ErrorText, PythonExceptionsKeepTheirClass) {
