@@ -173,6 +173,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   r["fail_on"] = to_string(settings_.fail_on);
   r["device"] = start_.device;
   r["mode"] = to_string(cfg_.model.mode);
+  r["loss"] = {{"type", to_string(cfg_.loss.type)}};
   r["sync"] = cfg_.sync;
   r["backward"] = start_.backward;
   auto meta_shape = [](const TensorMeta& m) { return m.present ? nlohmann::ordered_json(m.shape) : nlohmann::ordered_json(); };

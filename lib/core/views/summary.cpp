@@ -22,11 +22,17 @@ std::string format_summary(const ScanResult& result) {
           : r.value("stopped_at_first_error", false) ? ", STOPPED AT THE FIRST ERROR (--fail-fast)"
                                                      : ", INTERRUPTED")
       << "\n";
+  // A user's step takes every field and returns its loss: no prediction, no target of batchcheck's.
+  const bool step = r.contains("loss") && r["loss"].value("type", std::string()) == "step";
   auto line = [&](const char* name, const nlohmann::ordered_json& s) {
     if (s.is_null()) return;
     auto shape = [](const nlohmann::ordered_json& j) { return j.is_null() ? std::string("-") : j.dump(); };
-    out << "  " << name << " batch " << s["index"] << ": " << plural(s["size"].get<uint64_t>(), "sample") << ", input " << shape(s["input_shape"])
-        << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
+    out << "  " << name << " batch " << s["index"] << ": " << plural(s["size"].get<uint64_t>(), "sample") << ", input " << shape(s["input_shape"]);
+    if (step) {
+      out << " -> your step's loss\n";
+    } else {
+      out << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
+    }
   };
   line("first", b["first"]);
   if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
