@@ -21,7 +21,8 @@ class _Engine:
     """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
 
     def __init__(self, cmd, quiet):
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        from batchcheck._cli import engine_env
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env())
         self.lines = []
         self.quiet = quiet
         self.pumping = threading.Thread(target=self._pump, daemon=True)

@@ -106,4 +106,24 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert [f["batch"] for f in r["findings"] if f["id"] == "batchnorm-single-value"] == [64], r["findings"]
 PY
+echo "== the wheel installed with --target and used through PYTHONPATH, another libtorch first on the loader's path" >&2
+# As with pip install --user, or batchcheck and torch in two environments: no torch beside the
+# package, and a system libtorch (Debian's libtorch-dev; here a stand-in of another version, first
+# on LD_LIBRARY_PATH) found before the torch the user imports. The engine must take the imported one.
+"$SRC/scripts/venv-with-torch.sh" "$WORK/venv-bare" "$PY"
+"$V/pip" install -q --disable-pip-version-check --no-index --no-deps --target "$WORK/target" "$wheel" || fail "pip install --target"
+mkdir -p "$WORK/other-torch/torch/lib"
+echo "__version__ = '2.14.1'" >"$WORK/other-torch/torch/version.py"
+echo "not a library" >"$WORK/other-torch/torch/lib/libtorch_cpu.so"
+set +e
+(cd "$WORK" && PYTHONPATH="$WORK/target" LD_LIBRARY_PATH="$WORK/other-torch/torch/lib" \
+  "$WORK/venv-bare/bin/python" "$SRC/sample_configs/python_scan.py" 2>"$WORK/target.err")
+rc=$?
+(cd "$WORK" && PYTHONPATH="$WORK/target" LD_LIBRARY_PATH="$WORK/other-torch/torch/lib" \
+  "$WORK/venv-bare/bin/python" -m batchcheck scan "$SRC/sample_configs/segmentation_tail.json" -o "$WORK/target.json" 2>"$WORK/target-cli.err")
+rc2=$?
+set -e
+[[ $rc == 1 ]] || { cat "$WORK/target.err" >&2; fail "scan() through PYTHONPATH exited $rc, expected 1 (the imported torch, not the one first on the loader's path)"; }
+grep -q "batchnorm-single-value at batch 64, samples \[1784\]" "$WORK/target.err" || { cat "$WORK/target.err" >&2; fail "scan() through PYTHONPATH: the example's batch of one"; }
+[[ $rc2 == 1 ]] || { cat "$WORK/target-cli.err" >&2; fail "python -m batchcheck scan through PYTHONPATH exited $rc2, expected 1"; }
 echo "package: ok ($(basename "$wheel"))" >&2
