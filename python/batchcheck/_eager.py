@@ -39,20 +39,76 @@ def _site(op, stack):
     return site
 
 
-def _rows(bad, batch):
-    """The batch's rows holding a bad value, where the tensor's first dimension is the batch."""
-    if bad.dim() == 0 or bad.shape[0] != batch:
+_MAX_SHIFT = 4  # a field shifted by more steps than this (tgt[1:], x[2:]) is not looked for
+
+
+def _batch_dim(shape, batch):
+    """A field's dimension of the batch: its first of the batch's size (batch first, as
+    default_collate stacks), else its only one ([T, B] from pad_sequence)."""
+    if not shape or batch <= 0:
+        return None
+    if shape[0] == batch:
+        return 0
+    dims = [d for d in range(1, len(shape)) if shape[d] == batch]
+    return dims[0] if len(dims) == 1 else None
+
+
+def _views(field, batch):
+    """(view of the field, its shape's batch dimension): the field as it is, and for a 2-D one
+    ([B, T] or [T, B]) transposed and shifted along its steps; as core/pipeline/batch_layout.h's
+    field_views, each tried against an op's argument by its values."""
+    d = _batch_dim(list(field.shape), batch)
+    if d is None:
+        return
+    if field.dim() != 2:
+        yield field, d
+        return
+    steps = field.shape[1 - d]
+    for length in range(max(1, steps - _MAX_SHIFT), steps + 1):
+        for offset in range(0, steps - length + 1):
+            v = field.narrow(1 - d, offset, length)
+            yield v, d
+            yield v.t(), 1 - d
+
+
+def _rows(bad, arg, batch, fields=()):
+    """The batch's samples where `bad` (a mask over `arg`, an op's argument) holds: batch-first
+    where arg's first dimension is the batch's size, else through the one view of a field whose
+    values arg equals ([T, B], [B*T] flattened, tgt[1:] flattened) where all such views agree;
+    [] where none is proven. As the engine's argument_check."""
+    if batch <= 0 or bad.dim() == 0:
         return []
-    return torch.nonzero(bad.reshape(batch, -1).any(1)).flatten().tolist()
+    positions = torch.nonzero(bad.reshape(-1)).flatten()
+    if bad.shape[0] == batch:
+        return sorted(set((positions // max(1, bad[0].numel())).tolist()))
+    values = arg.detach().cpu().reshape(-1)
+    found = None
+    for field in fields:
+        for view, d in _views(field.detach().cpu(), batch):
+            if view.numel() != values.numel():
+                continue
+            v = view.reshape(-1).to(values.dtype)
+            same = ((v == values) | (v.isnan() & values.isnan())).all() if values.is_floating_point() else torch.equal(v, values)
+            if not bool(same):
+                continue
+            inner = 1
+            for s in view.shape[d + 1:]:
+                inner *= s
+            rows = sorted(set(((positions // inner) % view.shape[d]).tolist()))
+            if found is not None and found != rows:
+                return []  # two views of the data, two answers: not known
+            found = rows
+    return found or []
 
 
 class OpChecks(TorchFunctionMode):
     """A TorchFunctionMode over one run of the step: each checked op's arguments are read before
     it runs; a fault that would raise stops the step (Stopped)."""
 
-    def __init__(self, batch):
+    def __init__(self, batch, fields=()):
         super().__init__()
         self.batch = batch
+        self.fields = list(fields)  # the batch's tensors: what an op's argument may be made of (_rows)
         self.faults = []
         self.stack = []  # (module name, type) of the forwards running
 
@@ -80,7 +136,7 @@ class OpChecks(TorchFunctionMode):
         values = i[bad]
         lo, hi = int(values.min()), int(values.max())
         fault = {"id": fault_id, "what": what, "bound_name": bound_name, "value": lo if lo < 0 and hi < bound else hi,
-                 "bound": int(bound), "rows": _rows(bad, self.batch), "fatal": True,
+                 "bound": int(bound), "rows": _rows(bad, i, self.batch, self.fields), "fatal": True,
                  "site": _site(op, self.stack)}
         if self.stack and self.stack[-1][0]:
             fault["module_type"] = self.stack[-1][1]
@@ -123,7 +179,7 @@ class OpChecks(TorchFunctionMode):
             what = "input" if k == 0 else "target"
             fault = {"id": ("output" if k == 0 else "target") + ("-nonfinite" if nonfinite else "-out-of-range"),
                      "what": what, "loss": loss, "nonfinite": nonfinite, "outside": int(outside.sum()), "lo": 0.0,
-                     "hi": 1.0, "elements": t.numel(), "fatal": not logits, "rows": _rows(~finite | outside, self.batch),
+                     "hi": 1.0, "elements": t.numel(), "fatal": not logits, "rows": _rows(~finite | outside, t, self.batch, self.fields),
                      "site": _site(op, self.stack)}
             if nonfinite < t.numel():
                 fault["min"], fault["max"] = float(d[finite].min()), float(d[finite].max())
@@ -170,14 +226,19 @@ class _ModuleStack:
         return False
 
 
-def run_step(captures, fields, train):
+def _tensors(fields):
+    return [t for _, t in fields if isinstance(t, torch.Tensor)]
+
+
+def run_step(captures, fields, train, batch=None):
     """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
     exception it raised or None). In train mode the loss's gradients are computed with
     torch.autograd.grad (the parameters' .grad untouched) and each parameter's NaN/Inf counted."""
     from batchcheck._capture import untouched
     args = captures._args(fields)
-    batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
-    checks = OpChecks(batch)
+    if batch is None:
+        batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
+    checks = OpChecks(batch, _tensors(fields))
     owner = captures.owner
     with untouched(owner, captures.mode), _ModuleStack(checks, owner):
         try:
@@ -251,7 +312,7 @@ class _FirstNonfinite(TorchDispatchMode):
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
 
 
-def localize(captures, fields):
+def localize(captures, fields, batch=None):
     """Where the first NaN/Inf of a failing batch was born, its step run once more eagerly: a
     model input that holds it, a parameter that does, or the first op that made it from finite
     values. Localization's fields (core/findings/root_cause.h); None where nothing was seen."""
@@ -265,7 +326,9 @@ def localize(captures, fields):
             name = name[len("model."):] if name.startswith("model.") else name
             return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
     args = captures._args(fields)
-    checks = OpChecks(int(args[0].shape[0]) if args and args[0].dim() > 0 else 1)
+    if batch is None:
+        batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
+    checks = OpChecks(batch, _tensors(fields))
     seen = _FirstNonfinite(checks.stack)
     with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
         try:

@@ -55,6 +55,29 @@ class _EagerForward:
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
         return out
 
+    def serve(self, fields, batch=None):
+        """(the prediction or None, what the batch's header adds): forward with the arguments of
+        its index and loss ops read before they run (_eager.OpChecks), as the engine reads them in
+        a graph, so that a token id past the embedding names its sample, not the whole batch."""
+        from batchcheck._capture import record
+        from batchcheck._eager import OpChecks, Stopped, _ModuleStack, _tensors
+        tensors = _tensors(fields)
+        if batch is None:
+            batch = int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else 1
+        checks = OpChecks(batch, tensors)
+        extra = {}
+        try:
+            with _ModuleStack(checks, self.model), checks:
+                out = self(fields)
+        except Stopped:
+            out = None
+        except Exception as e:  # what their forward raised: the engine classifies it
+            out = None
+            extra["forward_error"] = record(e, self.model.named_modules())
+        if checks.faults:
+            extra["faults"] = checks.faults
+        return out, extra
+
 
 def _keyword_names(model, names):
     """True when forward takes `names` by keyword but not in this positional order."""
@@ -197,16 +220,16 @@ class _EagerStep:
     def __init__(self, captures):
         self.captures = captures
 
-    def serve(self, fields):
-        """(the loss or None, what the batch's header adds)."""
+    def serve(self, fields, batch=None):
+        """(the loss or None, what the batch's header adds); `batch`: its number of samples."""
         from batchcheck._capture import message, record
         from batchcheck._eager import localize, run_step
-        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train")
+        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch)
         extra = {}
         nonfinite = (loss is not None and not bool(torch.isfinite(loss).all())) or \
             any(f.get("nonfinite") for f in faults) or any(g["nan"] + g["inf"] for g in grads or ())
         if nonfinite:  # the failing batch once more, to say where its first NaN/Inf was born
-            root = localize(self.captures, fields)
+            root = localize(self.captures, fields, batch)
             if root is not None:
                 extra["root_cause"] = root
         if faults:

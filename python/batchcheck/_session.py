@@ -188,11 +188,13 @@ class Session:
             server.target_key = self.target_key
         target_key = self.target_key
         fields = _fields(first, o.input_key, target_key)
-        xs = [t for name, t in fields if name != target_key]
-        x = xs[0] if len(xs) == 1 else tuple(xs)  # forward's example: every input field, in order
         call = [name for name, _ in fields if name != target_key]
         if o.loss == "model" and target_key in dict(fields):
             call.append(target_key)  # forward computes its loss from them
+        # forward's example: every field it is called with, in order (the targets too where
+        # forward computes the loss: traced without them, minGPT's forward returns no loss).
+        xs = [dict(fields)[name] for name in call]
+        x = xs[0] if len(xs) == 1 else tuple(xs)
         keywords = isinstance(first, dict) and _keyword_names(model, call)
         # What the keyword adapter (or the eager forward) selects from forward's output.
         pick = self.output if self.output is not None else ("loss" if o.loss == "model" else "logits")
@@ -237,8 +239,9 @@ class Session:
                 if o.eager is False:
                     raise
                 warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
-                              "runs eagerly in this process on a copy, and the engine checks what it returns: no gradient "
-                              "checks, no checks of its weights, no root cause" % _failure_reason(e), stacklevel=3)
+                              "runs eagerly in this process on a copy, the arguments of its index and loss ops checked "
+                              "there and what it returns in the engine: no gradient checks, no checks of its weights, "
+                              "no root cause" % _failure_reason(e), stacklevel=3)
                 if o.aux:
                     raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
                                     "prediction only") from e

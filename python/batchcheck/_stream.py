@@ -368,7 +368,7 @@ class _Server:
         forward_error = capture = None
         extra = {}
         if self.forward is not None and hasattr(self.forward, "serve"):  # their step, run eagerly and checked
-            pred, extra = self.forward.serve(tensors)
+            pred, extra = self.forward.serve(tensors, len(indices))
             if pred is not None:
                 tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
         elif self.forward is not None:

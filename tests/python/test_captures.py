@@ -155,6 +155,12 @@ class Pairs(Dataset):
         return self.items[i]
 
 
+def shifted_step(model, batch):  # language_translation's loss: each position predicts the next target
+    src, tgt = batch
+    logits = model(src)[:-1]  # [T-1, B, V]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[1:].reshape(-1), ignore_index=PAD)
+
+
 def pad_collate_tb(batch):  # sequence-first, as pad_sequence makes by default
     src, tgt = zip(*batch)
     return pad_sequence(src, padding_value=PAD), pad_sequence(tgt, padding_value=PAD)
@@ -366,6 +372,13 @@ def case_seq2seq(bad):
     return Seq2Seq(), DataLoader(Pairs(60, bad), batch_size=16, collate_fn=pad_collate_tb), seq_step
 
 
+def case_shifted(bad):
+    ds = Pairs(60)
+    if bad is not None:
+        ds.items[bad][1][2] = VOCAB + 5  # a target token past the vocabulary, inside tgt[1:]
+    return Seq2Seq(), DataLoader(ds, batch_size=16, collate_fn=pad_collate_tb), shifted_step
+
+
 def case_gpt(bad):
     g = torch.Generator().manual_seed(3)
     x = torch.randint(0, VOCAB, (42, 8), generator=g)
@@ -438,16 +451,17 @@ def case_masked(bad):
 CASES = {
     "gram matrix with len(x)": (case_style, 1, 9, False),
     "siamese with BatchNorm and squeeze": (case_siamese, 3, 19, True),
-    "seq2seq on [T, B] batches": (case_seq2seq, 5, 40, False),
-    "loss inside forward (minGPT)": (case_gpt, 2, 30, False),
-    "step under autocast": (case_gpt_autocast, 2, 30, False),
+    "seq2seq on [T, B] batches": (case_seq2seq, 5, 40, True),
+    "[T, B] targets shifted by one (translation)": (case_shifted, 5, 40, True),
+    "loss inside forward (minGPT)": (case_gpt, 2, 30, True),
+    "step under autocast": (case_gpt_autocast, 2, 30, True),
     "mnist_rnn": (case_rnn, 4, 33, True),
     "dcgan discriminator": (case_gan, 6, 40, True),
     "vae": (case_vae, 7, 50, True),
     "imagenet with label smoothing by len()": (case_imagenet, 0, 25, True),
     "super_resolution": (case_sr, 2, 27, True),
-    "flattened labels (T5)": (case_t5, 1, 37, False),
-    "mask from lengths": (case_masked, 3, 45, False),
+    "flattened labels (T5)": (case_t5, 1, 37, True),
+    "mask from lengths": (case_masked, 3, 45, True),
 }
 
 
@@ -474,7 +488,7 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
                     self.assertEqual(sorted(truth), [batch], truth)
                     if by_sample:
                         named = set(s for samples in found[batch].values() for s in samples)
-                        self.assertIn(bad, named, "%s\n%s" % (name, report.text))
+                        self.assertEqual(named, {bad}, "%s\n%s" % (name, report.text))
 
     def test_a_batchnorm_tail_of_one_is_reported_first_as_pytorch_raises_it(self):
         # PyTorch raises BatchNorm's check before the loss's size check the .squeeze() would fail.
@@ -499,6 +513,61 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
         self.assertIn("bfloat16", notes)
         plain, _, _ = scan_and_loop(case_gpt, None)
         self.assertIn("float32", " ".join(plain.data["notes"]))
+
+
+class TestALossInsideForward(unittest.TestCase):
+    """loss="model" with the targets passed to forward (minGPT): an index fault names its sample
+    and gets its kind's fixes, whether the model runs in the engine (traced with its targets) or
+    eagerly here (eager=True)."""
+
+    def test_a_token_id_and_a_target_past_the_vocabulary_name_their_sample(self):
+        g = torch.Generator().manual_seed(3)
+        x = torch.randint(0, VOCAB, (42, 8), generator=g)
+        y = torch.roll(x, -1, 1)
+        for eager in (None, True):
+            for bad in ("input", "target"):
+                with self.subTest(eager=eager, bad=bad):
+                    xx, yy = x.clone(), y.clone()
+                    (xx if bad == "input" else yy)[30, 4] = VOCAB + 3
+                    loader = DataLoader(TensorDataset(xx, yy), batch_size=8)
+                    torch.manual_seed(0)
+                    report = batchcheck.scan(GPT(), loader, loss="model", output=1, quiet=True, eager=eager)
+                    truth = real_loop(GPT(), loader, gpt_step)
+                    self.assertEqual(sorted(truth), [3], truth)
+                    found = error_batches(report)
+                    self.assertEqual(sorted(found), [3], report.text)
+                    self.assertEqual({s for v in found[3].values() for s in v}, {30}, report.text)
+                    fixes = [x["id"] for f in report.findings if f.severity == "error" for x in f.data["fixes"]]
+                    if bad == "input":
+                        self.assertEqual(fixes[:3], ["check-vocab-size", "resize-embeddings", "map-unknown-ids"], report.text)
+                    else:
+                        self.assertEqual(fixes[:2], ["ignore-index", "remap-labels"], report.text)
+                        self.assertNotIn("clamp-targets", fixes)
+                    if eager:
+                        self.assertIn("in forward's aten::", report.text)
+                        self.assertNotIn("your step", report.text)
+
+
+class TestTheSampleOfAnArgument(unittest.TestCase):
+    """Where an op's argument is not batch-first, its sample is found through the field of the
+    batch its values prove it a view of (the eager path's _rows; the engine's is argument_check)."""
+
+    def test_sequence_first_flattened_shifted_and_transposed(self):
+        from batchcheck._eager import _rows
+        g = torch.Generator().manual_seed(5)
+        tgt = torch.randint(0, 10, (7, 4), generator=g)  # [T, B]
+        tgt[3, 2] = 99  # sample 2
+        for arg in (tgt, tgt.reshape(-1), tgt[1:].reshape(-1), tgt.t().reshape(-1), tgt[:-2]):
+            with self.subTest(shape=list(arg.shape)):
+                self.assertEqual(_rows(arg >= 10, arg, 4, [tgt]), [2])
+
+    def test_values_no_field_holds_name_no_sample(self):
+        from batchcheck._eager import _rows
+        ids = torch.arange(12).reshape(3, 4)  # batch-first [B, T]: rows by the first dimension
+        self.assertEqual(_rows(ids >= 9, ids, 3, [ids]), [2])
+        made = (ids * 3).reshape(-1)  # not a view of any field: not proven
+        self.assertEqual(_rows(made >= 30, made, 3, [ids]), [])
+        self.assertEqual(_rows(made >= 30, made, 3, []), [])
 
 
 class Unscriptable(nn.Module):

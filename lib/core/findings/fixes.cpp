@@ -8,6 +8,7 @@
 #include "core/base/escape.h"
 #include "core/base/text.h"
 #include "core/findings/findings.h"
+#include "core/findings/index_fixes.h"
 
 namespace batchcheck {
 
@@ -317,28 +318,15 @@ void attach_fixes(Finding& f, const FixContext& c) {
       const double value = in_step ? op.value("value", 0.0) : vals.empty() ? 255.0 : vals[0].get<double>();
       const double classes = in_step ? op.value("classes", 0.0) : f.evidence.value("classes", 0.0);
       const std::string v = format_number(value);
-      // A label equal to the number of classes is the classic off-by-one (classes numbered from
-      // 1): map it first; ignoring it drops those samples from training without a word.
-      const bool off_by_one = classes > 0 && value == classes;
-      const Fix remap{"remap-labels", "map out-of-range labels to valid classes in the dataset",
-                      off_by_one ? "target = target - 1  # where the dataset numbers its " + format_number(classes) +
-                                       " classes from 1; else target[target == " + v + "] = <class>"
-                                 : "target[target == " + v + "] = <class>",
-                      "changes the labels", {}};
-      if (off_by_one) f.fixes.push_back(remap);
-      const std::string dropped = "samples or pixels labelled " + v + " stop contributing to the loss: they are silently dropped from training";
+      std::string ignore;
       if (in_step) {
-        const bool nll = op.value("op", std::string()).find("nll_loss") != std::string::npos;
-        f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
-                           std::string(nll ? "F.nll_loss" : "F.cross_entropy") + "(..., ignore_index=" + v + ")", dropped, {}});
+        ignore = ignore_index_call(op.value("op", std::string()), v);
       } else if (loss != LossType::DiceCe) {  // MONAI's DiceCELoss takes no ignore_index
-        f.fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss",
-                           is_region_loss(loss) ? "loss_fn = " + loss_class(loss) + "(..., ignore_index=" + v + ")  # MONAI and smp both take it"
-                                                : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
-                                                      "(ignore_index=" + v + ")",
-                           dropped, {}});
+        ignore = is_region_loss(loss) ? "loss_fn = " + loss_class(loss) + "(..., ignore_index=" + v + ")  # MONAI and smp both take it"
+                                      : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
+                                            "(ignore_index=" + v + ")";
       }
-      if (!off_by_one) f.fixes.push_back(remap);
+      class_index_fixes(f.fixes, value, classes, ignore);
     } else if (class_loss(loss)) {
       // Soft labels (class probabilities): ignore_index does not apply to them.
       f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",
@@ -511,27 +499,16 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "a traced archive keeps the mode it was traced in: keep one archive per mode", {}});
     f.fixes.push_back({"script-instead", "script the model: the mode then follows model.train()/eval()",
                        "torch.jit.script(model).save(path)", "needs code TorchScript can compile", {}});
-  } else if (id == "forward-error" && f.evidence.contains("index_fault") &&
-             f.evidence["index_fault"].value("what", std::string()) == "token id") {
-    // A token id past the embedding: the most common index error of language models (a
-    // tokenizer or vocabulary that outgrew the embedding, a special token added after it).
+  } else if (id == "forward-error" && f.evidence.contains("index_fault")) {
+    // An index past its bound inside forward, read where the op was given it (a loss computed
+    // in forward, minGPT's): the fixes of its kind, never those of a value range.
     const auto& ix = f.evidence["index_fault"];
-    const int64_t value = ix.value("value", int64_t{0}), bound = ix.value("num_embeddings", int64_t{0});
-    const std::string module = ix.value("module", std::string());
-    const std::string n = std::to_string(bound);
-    if (value < 0) {
-      f.fixes.push_back({"map-negative-ids", "a negative id reached the embedding (a label's -100 used as an input id?): map it to the pad token",
-                         "ids = ids.masked_fill(ids < 0, pad_id)  # before the model; -100 belongs in the labels only",
-                         "check that the pad id is masked out of the loss", {}});
-    } else {
-      f.fixes.push_back({"check-vocab-size", "compare the vocabulary that made the ids with the embedding's " + n + " rows",
-                         "assert len(tokenizer) <= model.get_input_embeddings().num_embeddings  # transformers; or max(vocab.values()) < " + n,
-                         "finds the mismatch where it is made: a tokenizer whose vocabulary grew (added special tokens) after the model was built", {}});
-      f.fixes.push_back({"resize-embeddings", "make the embedding" + (module.empty() ? std::string() : " " + module) + " as large as the vocabulary",
-                         "model.resize_token_embeddings(len(tokenizer))  # transformers; else nn.Embedding(len(vocab), dim)",
-                         "the new rows start untrained; a saved checkpoint needs the same size", {}});
-      f.fixes.push_back({"map-unknown-ids", "map ids past the vocabulary to the unknown token",
-                         "ids = ids.masked_fill(ids >= " + n + ", unk_id)", "hides a real vocabulary mismatch", {}});
+    const std::string what = ix.value("what", std::string());
+    if (what == "token id") {
+      token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
+    } else if (what == "class index") {
+      const double value = ix.value("value", 0.0);
+      class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore_index_call(ix.value("op", std::string()), format_number(value)));
     }
     f.fixes.push_back(reproduce(f, c, false, false));
   } else {

@@ -45,14 +45,16 @@ std::string op_location(const OpSite& s) {
   return "File \"" + s.file + "\", line " + std::to_string(s.line);
 }
 
-std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint64_t batch) {
+std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint64_t batch, bool in_step) {
   std::vector<Emitted> out;
+  const std::string owner = in_step ? ", in your step's " : ", in forward's ";
+  const std::string stopped = in_step ? "the step" : "forward";
   for (const OpFault& f : faults) {
     nlohmann::ordered_json ev = site_json(f);
-    ev["in_step"] = true;
+    ev["in_step"] = in_step;
     const std::vector<uint64_t> rows = rows_or_all(f, batch);
     const std::string consequence =
-        f.fatal ? "; training raises there (on CUDA: a device-side assert), so batchcheck stopped the step before it"
+        f.fatal ? "; training raises there (on CUDA: a device-side assert), so batchcheck stopped " + stopped + " before it"
                 : "; " + f.loss + " computes a loss from it without a word, a wrong one";
     if (f.id == "shape-mismatch") {
       ev["loss"] = f.loss;
@@ -63,8 +65,8 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
                                                      : "Target size (" + tgt + ") must be the same as input size (" + in + ")";
       out.push_back({f.id, "output",
                      f.loss + " is given an input of shape [" + join_ints(f.input_shape, ", ") + "] and a target of shape [" +
-                         join_ints(f.target_shape, ", ") + "] on a batch of " + std::to_string(batch) + ", in your step's " + where(f) +
-                         "; PyTorch raises \"" + raised + "\" there, so batchcheck stopped the step before it",
+                         join_ints(f.target_shape, ", ") + "] on a batch of " + std::to_string(batch) + owner + where(f) +
+                         "; PyTorch raises \"" + raised + "\" there, so batchcheck stopped " + stopped + " before it",
                      ev, all_rows(batch), batch, ""});
       continue;
     }
@@ -87,7 +89,7 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
       }
       const char* cuda = f.loss == "BCELoss" ? (input ? cuda_text::kBceInput : cuda_text::kBceTarget) : "";
       out.push_back({f.id, input ? "output" : "target",
-                     what + " in " + plural(rows.size(), "sample") + " of a batch of " + std::to_string(batch) + ", in your step's " +
+                     what + " in " + plural(rows.size(), "sample") + " of a batch of " + std::to_string(batch) + owner +
                          where(f) + consequence,
                      ev, rows, rows.size(), cuda});
       continue;
@@ -102,7 +104,7 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
                                                         : "Assertion `srcIndex < srcSelectDimSize` failed.";
     out.push_back({target ? "target-out-of-range" : "forward-error", target ? "target" : "forward",
                    index_fault_text(f) + " in " + plural(rows.size(), "sample") + " of a batch of " + std::to_string(batch) +
-                       ", in your step's " + where(f) + consequence,
+                       owner + where(f) + consequence,
                    {{"index_fault", ev}}, rows, rows.size(), cuda});
   }
   return out;

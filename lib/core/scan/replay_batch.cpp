@@ -207,7 +207,7 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
   // before this batch's own post stage, so every id sees its batches in order.
   collect_pending();
   // The loss ops inside the user's own step (loss.type "step"), checked where they ran.
-  const std::vector<Emitted> op_faults = op_fault_findings(fwd.faults, ctx.size());
+  const std::vector<Emitted> op_faults = op_fault_findings(fwd.faults, ctx.size(), cfg_.loss.type == LossType::Step);
   apply(ctx, op_faults);
   if (!fwd.ok) {
     // Stopped before a loss op that would raise (or assert): its findings say why.

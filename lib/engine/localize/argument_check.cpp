@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/base/text.h"
+#include "core/pipeline/batch_layout.h"
 #include "engine/checks/tensor_checks.h"
 #include "engine/localize/localize_sites.h"
 #include "engine/torch_util.h"
@@ -103,13 +104,53 @@ std::pair<std::string, std::string> raising_module(const jit::Node* raise) {
   return {"", ""};
 }
 
-// The rows of a batch-first index tensor where `bad` holds (empty where it is not batch-first).
-std::vector<uint64_t> bad_rows(const at::Tensor& bad, uint64_t batch) {
-  std::vector<uint64_t> rows;
-  if (bad.dim() == 0 || static_cast<uint64_t>(bad.size(0)) != batch) return rows;
-  const at::Tensor any = bad.reshape({bad.size(0), -1}).any(1).nonzero().flatten().to(at::kCPU);
-  for (int64_t i = 0; i < any.numel(); ++i) rows.push_back(static_cast<uint64_t>(any[i].item<int64_t>()));
-  return rows;
+// Every tensor the run was given (the batch's fields, in tuples, lists and dicts): what an op's
+// argument may be made of (core/pipeline/batch_layout.h).
+void collect_tensors(const c10::IValue& v, std::vector<at::Tensor>& out, int depth = 0) {
+  if (depth > 8) return;
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements()) collect_tensors(e, out, depth + 1);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) collect_tensors(e, out, depth + 1);
+  } else if (v.isGenericDict()) {
+    for (const auto& e : v.toGenericDict()) collect_tensors(e.value(), out, depth + 1);
+  }
+}
+
+// The rows of the batch where `bad` (a mask over `arg`, an op's argument) holds: batch-first
+// where arg's first dimension is the batch's size; else through the one layout of the fields'
+// views whose values arg equals ([T, B], [B*T] flattened, tgt[1:] flattened), where every
+// matching view names the same rows. Empty where none is proven: the search names them then.
+std::vector<uint64_t> bad_rows(const at::Tensor& bad, const at::Tensor& arg, uint64_t batch, const std::vector<at::Tensor>& fields) {
+  if (batch == 0 || bad.dim() == 0) return {};
+  const at::Tensor flat = bad.detach().to(at::kCPU).flatten().nonzero().flatten().contiguous();
+  std::vector<uint64_t> positions(static_cast<std::size_t>(flat.numel()));
+  const auto a = flat.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < flat.numel(); ++i) positions[static_cast<std::size_t>(i)] = static_cast<uint64_t>(a[i]);
+  if (static_cast<uint64_t>(bad.size(0)) == batch) return rows_of(BatchLayout{bad.sizes().vec(), 0}, positions);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const at::Tensor& f : fields) shapes.push_back(f.sizes().vec());
+  const at::Tensor values = arg.detach().to(at::kCPU).reshape({-1});
+  std::optional<std::vector<uint64_t>> rows;
+  for (const FieldView& v : field_views(static_cast<uint64_t>(arg.numel()), batch, shapes)) {
+    at::Tensor f = fields[v.field].detach().to(at::kCPU);
+    if (f.dim() == 2) {
+      f = f.narrow(static_cast<int64_t>(1 - *batch_dim(shapes[v.field], batch)), v.offset, v.length);
+      if (v.transposed) f = f.t();
+    }
+    const at::Tensor g = f.reshape({-1}).to(values.scalar_type());
+    // Equal values, a NaN equal to a NaN (a NaN target is what is being placed).
+    const bool same = at::isFloatingType(values.scalar_type())
+                          ? g.eq(values).logical_or(g.isnan().logical_and(values.isnan())).all().item<bool>()
+                          : at::equal(g, values);
+    if (!same) continue;
+    std::vector<uint64_t> r = rows_of(v.layout, positions);
+    if (rows && *rows != r) return {};  // two views of the data, two answers: not known
+    rows = std::move(r);
+  }
+  return rows ? *rows : std::vector<uint64_t>{};
 }
 
 }  // namespace
@@ -124,6 +165,7 @@ struct ArgumentCheck::Impl {
   std::unique_ptr<jit::Code> code;
   std::vector<Site> sites;
   uint64_t batch = 0;
+  std::vector<at::Tensor> fields;  // the run's tensors (collect_tensors)
   std::optional<OpFault> fault;
   std::optional<FrozenShape> last_shape;  // the last traced constant shape an op was given
   // The module whose Python raised last in this run ("" where none did).
@@ -260,7 +302,14 @@ struct ArgumentCheck::Impl {
       // BCELoss raises on both (CUDA asserts); with logits a NaN or a target outside [0, 1]
       // computes a loss, a wrong one.
       f.fatal = !logits;
-      if (t.dim() > 0 && static_cast<uint64_t>(t.size(0)) == batch) f.rows = v.bad_rows;
+      if (t.dim() > 0 && static_cast<uint64_t>(t.size(0)) == batch) {
+        f.rows = v.bad_rows;
+      } else {  // [T, B] or flattened: the rows through the field it is made of
+        const at::Tensor d = t.detach().to(at::kCPU).to(at::kDouble);
+        at::Tensor bad = d.isfinite().logical_not();
+        if (ranged) bad = bad.logical_or(d < 0).logical_or(d > 1);
+        f.rows = bad_rows(bad, t, batch, fields);
+      }
       out.push_back(std::move(f));
     }
     return out;
@@ -314,7 +363,7 @@ struct ArgumentCheck::Impl {
     f.bound = bound;
     f.site = op_site(site.node);
     f.module_type = module_type(site.node);
-    f.rows = bad_rows(bad, batch);
+    f.rows = bad_rows(bad, i, batch, fields);
     return f;
   }
 };
@@ -325,6 +374,8 @@ ArgumentCheck::~ArgumentCheck() = default;
 ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
   Impl& m = *impl_;
   m.batch = batch;
+  m.fields.clear();
+  for (const c10::IValue& v : stack) collect_tensors(v, m.fields);
   m.step = false;
   m.fault.reset();
   m.raised_module.clear();
@@ -354,6 +405,8 @@ ArgumentRun ArgumentCheck::run(std::vector<c10::IValue> stack, uint64_t batch) {
 c10::IValue ArgumentCheck::run_step(std::vector<c10::IValue> stack, uint64_t batch, std::vector<OpFault>& faults, bool& stopped) {
   Impl& m = *impl_;
   m.batch = batch;
+  m.fields.clear();
+  for (const c10::IValue& v : stack) collect_tensors(v, m.fields);
   m.step = true;
   m.faults = &faults;
   m.stopped = false;

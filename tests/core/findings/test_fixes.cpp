@@ -306,6 +306,19 @@ TEST(Fixes, ATokenIdPastTheEmbeddingGetsTheVocabularysFixes) {
   EXPECT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, negative, {}}), (V{"map-negative-ids", "reproduce"}));
 }
 
+TEST(Fixes, AClassIndexInsideForwardGetsTheLossFunctionsFixesNotAValueRanges) {
+  // minGPT's loss inside forward (loss="model"): the forward error carries the op's fault.
+  const LoaderCase s{1041, 8, 1, false, LossType::Model};
+  Finding f;
+  const J past = {{"index_fault", {{"op", "aten::cross_entropy_loss"}, {"what", "class index"}, {"value", 53}, {"classes", 50}}}};
+  ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, past, {}}, &f), (V{"ignore-index", "remap-labels", "reproduce"}));
+  EXPECT_EQ(f.fixes[0].code, "F.cross_entropy(..., ignore_index=53)");
+  EXPECT_EQ(f.fixes[1].code, "target[target == 53] = <class>");
+  const J off_by_one = {{"index_fault", {{"op", "aten::nll_loss_nd"}, {"what", "class index"}, {"value", 50}, {"classes", 50}}}};
+  ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, off_by_one, {}}, &f), (V{"remap-labels", "ignore-index", "reproduce"}));
+  EXPECT_EQ(f.fixes[1].code, "F.nll_loss(..., ignore_index=50)");
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));

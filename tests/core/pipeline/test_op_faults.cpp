@@ -72,3 +72,25 @@ TEST(OpFaults, AClassIndexPastTheClassesAndAShapeMismatch) {
       << e[1].message;
   EXPECT_EQ(e[1].rows.size(), 4u);
 }
+
+TEST(OpFaults, AFaultInsideAModelRunEagerlyIsForwardsNotAStepsOne) {
+  OpFault c;
+  c.site = {"aten::embedding", "tok", "gpt.py", 74, ""};
+  c.module_type = "Embedding";
+  c.id = "index";
+  c.what = "token id";
+  c.bound_name = "num_embeddings";
+  c.value = 53;
+  c.bound = 50;
+  c.rows = {6};
+  c.fatal = true;
+  const auto e = op_fault_findings({c}, 8, false);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].id, "forward-error");
+  EXPECT_EQ(e[0].message,
+            "token id 53 >= num_embeddings 50 of tok (Embedding) in 1 sample of a batch of 8, in forward's aten::embedding in "
+            "tok (Embedding) at File \"gpt.py\", line 74; training raises there (on CUDA: a device-side assert), so batchcheck "
+            "stopped forward before it");
+  EXPECT_EQ(e[0].evidence["index_fault"]["in_step"], false);
+  EXPECT_EQ(e[0].rows, (std::vector<uint64_t>{6}));
+}

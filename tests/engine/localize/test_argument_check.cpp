@@ -76,12 +76,41 @@ TEST(ArgumentCheck, OneHotPastItsClasses) {
   EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
 }
 
-TEST(ArgumentCheck, IndicesNotAlongTheBatchNameNoRows) {
+TEST(ArgumentCheck, FlattenedIndicesNameTheirRowThroughTheBatchsField) {
   torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids.flatten())\n",
                                 {{"weight", at::zeros({10, 4})}});
+  // ids [2, 2] flattened to [4]: id 30 at position 2 is row 1's.
   const ArgumentRun r = run(m, {at::tensor({1, 2, 30, 4}, at::kLong).reshape({2, 2})}, 2);
   ASSERT_TRUE(r.fault.has_value());
-  EXPECT_TRUE(r.fault->rows.empty());  // 4 ids, not 2 rows: the search names the samples then
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
+  EXPECT_EQ(r.fault->value, 30);
+}
+
+TEST(ArgumentCheck, SequenceFirstIndicesNameTheirRow) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids)\n",
+                                {{"weight", at::zeros({10, 4})}});
+  // [T, B] = [3, 2] from pad_sequence: id 30 at step 2 of sample 1.
+  const ArgumentRun r = run(m, {at::tensor({1, 2, 3, 4, 5, 30}, at::kLong).reshape({3, 2})}, 2);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
+}
+
+TEST(ArgumentCheck, TransposedThenFlattenedIndicesAreProvenByTheirValues) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids.t().flatten())\n",
+                                {{"weight", at::zeros({10, 4})}});
+  // ids.t().flatten() is [1, 30, 2, 4]: id 30 at position 1 is still row 1's.
+  const ArgumentRun r = run(m, {at::tensor({1, 2, 30, 4}, at::kLong).reshape({2, 2})}, 2);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_EQ(r.fault->rows, std::vector<uint64_t>{1});
+}
+
+TEST(ArgumentCheck, IndicesNoFieldHoldsNameNoRows) {
+  torch::jit::Module m = module("def forward(self, ids):\n    return torch.embedding(self.weight, ids.flatten() * 3)\n",
+                                {{"weight", at::zeros({10, 4})}});
+  // Made from the field, not a view of it: where each id came from is not proven.
+  const ArgumentRun r = run(m, {at::tensor({1, 2, 10, 4}, at::kLong).reshape({2, 2})}, 2);
+  ASSERT_TRUE(r.fault.has_value());
+  EXPECT_TRUE(r.fault->rows.empty());  // the search names the samples then
   EXPECT_EQ(r.fault->value, 30);
 }
 

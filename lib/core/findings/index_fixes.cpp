@@ -1,0 +1,50 @@
+#include "core/findings/index_fixes.h"
+
+#include "core/base/text.h"
+
+namespace batchcheck {
+
+std::string ignore_index_call(const std::string& op, const std::string& value) {
+  const bool nll = op.find("nll_loss") != std::string::npos;
+  return std::string(nll ? "F.nll_loss" : "F.cross_entropy") + "(..., ignore_index=" + value + ")";
+}
+
+void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, const std::string& ignore) {
+  const std::string v = format_number(value);
+  // A label equal to the number of classes is the classic off-by-one (classes numbered from
+  // 1): map it first; ignoring it drops those samples from training without a word.
+  const bool off_by_one = classes > 0 && value == classes;
+  const Fix remap{"remap-labels", "map out-of-range labels to valid classes in the dataset",
+                  off_by_one ? "target = target - 1  # where the dataset numbers its " + format_number(classes) +
+                                   " classes from 1; else target[target == " + v + "] = <class>"
+                             : "target[target == " + v + "] = <class>",
+                  "changes the labels", {}};
+  if (off_by_one) fixes.push_back(remap);
+  if (!ignore.empty()) {
+    fixes.push_back({"ignore-index", "ignore the label " + v + " in the loss", ignore,
+                     "samples or pixels labelled " + v + " stop contributing to the loss: they are silently dropped from training", {}});
+  }
+  if (!off_by_one) fixes.push_back(remap);
+}
+
+void token_id_fixes(std::vector<Fix>& fixes, int64_t value, int64_t bound, const std::string& module) {
+  if (value < 0) {
+    fixes.push_back({"map-negative-ids", "a negative id reached the embedding (a label's -100 used as an input id?): map it to the pad token",
+                     "ids = ids.masked_fill(ids < 0, pad_id)  # before the model; -100 belongs in the labels only",
+                     "check that the pad id is masked out of the loss", {}});
+    return;
+  }
+  // The most common index error of language models: a tokenizer or vocabulary that outgrew the
+  // embedding, a special token added after it was built.
+  const std::string n = std::to_string(bound);
+  fixes.push_back({"check-vocab-size", "compare the vocabulary that made the ids with the embedding's " + n + " rows",
+                   "assert len(tokenizer) <= model.get_input_embeddings().num_embeddings  # transformers; or max(vocab.values()) < " + n,
+                   "finds the mismatch where it is made: a tokenizer whose vocabulary grew (added special tokens) after the model was built", {}});
+  fixes.push_back({"resize-embeddings", "make the embedding" + (module.empty() ? std::string() : " " + module) + " as large as the vocabulary",
+                   "model.resize_token_embeddings(len(tokenizer))  # transformers; else nn.Embedding(len(vocab), dim)",
+                   "the new rows start untrained; a saved checkpoint needs the same size", {}});
+  fixes.push_back({"map-unknown-ids", "map ids past the vocabulary to the unknown token",
+                   "ids = ids.masked_fill(ids >= " + n + ", unk_id)", "hides a real vocabulary mismatch", {}});
+}
+
+}  // namespace batchcheck

@@ -1,0 +1,26 @@
+#pragma once
+// The fixes of an index past its bound (a class index in a loss, a token id in an embedding),
+// wherever it was found: the loss's contract, the user's step, a loss inside forward. Fixes of
+// its kind only: a class index never gets a value range's clamp.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/report/report.h"
+
+namespace batchcheck {
+
+// "F.cross_entropy(..., ignore_index=255)", or F.nll_loss's, from the op that was given it.
+std::string ignore_index_call(const std::string& op, const std::string& value);
+
+// A label `value` of `classes` classes: remapping first where it is the off-by-one (value ==
+// classes: classes numbered from 1), then `ignore` (its ignore_index; "" where the loss takes
+// none), which says that it drops those samples.
+void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, const std::string& ignore);
+
+// A token id `value` past an embedding of `bound` rows (`module`: its name, may be ""): the
+// vocabulary checked against the embedding, the embedding resized, unknown ids mapped; a
+// negative id mapped to the pad token.
+void token_id_fixes(std::vector<Fix>& fixes, int64_t value, int64_t bound, const std::string& module);
+
+}  // namespace batchcheck
