@@ -23,6 +23,19 @@ def _sampler_name(loader):
     return type(sampler).__name__
 
 
+def _rank_share(loader):
+    """{"rank", "world_size", "samples"} of a DistributedSampler the loader draws from (one DDP
+    rank's loader: the other ranks' samples are theirs, not dropped), else None."""
+    from torch.utils.data.distributed import DistributedSampler
+    for s in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if isinstance(s, DistributedSampler):
+            try:
+                return {"rank": int(s.rank), "world_size": int(s.num_replicas), "samples": int(len(s))}
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
 def _source(model, loader, step):
     """What the report is of, in the user's terms (its config is scan()'s own, gone afterwards)."""
     what = type(model).__name__
@@ -98,6 +111,9 @@ class Session:
                 json.dump({"samples": n, "ranks": [order]}, f)
             self.config["loader"]["order"] = os.path.join(self.server.dir, "order.json")
             self.config["loader"]["order_name"] = "your DataLoader's order (%s)" % _sampler_name(loader)
+            share = _rank_share(loader)
+            if share is not None:
+                self.config["loader"]["order_rank"] = share
         if o.aux:
             self.config["loss"]["aux"] = {str(k): float(w) for k, w in o.aux.items()}
         self.model_path = os.path.join(self.server.dir, "model.pt")

@@ -282,6 +282,34 @@ TEST(ScanE2E, BatchNormSingleValue) {
   EXPECT_EQ(s.scan({"--mode", "eval"}).code, 0);
 }
 
+TEST(ScanE2E, ProbesReadOnlySamplesTheLoaderDeliversAndARanksShareIsNotDropped) {
+  // Rank 1 of 2's recorded share: samples 1, 3, 5, 7. Sample 0 (rank 0's) holds a NaN: rank 1's
+  // scan neither reads it in a probe nor calls rank 0's samples dropped.
+  Workspace s("rank_share");
+  s.inputs(8, 3, [](uint64_t i, uint64_t j) { return i == 0 && j == 0 ? std::nanf("") : 0.1f * static_cast<float>(i + j); })
+      .float_targets(zeros(8))
+      .model(kSumModel);
+  std::ofstream(s.file("order.json")) << "[[1, 3], [5, 7]]";
+  s.checks(R"({"probe_batch_sizes": [1]})");
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 1, "world_size": 2, "samples": 4}})");
+  auto r = s.scan();
+  EXPECT_EQ(r.code, 0) << r.err << r.report["findings"].dump(1);
+  EXPECT_TRUE(with_id(r.report, "input-nonfinite").empty()) << r.report["findings"].dump(1);
+  EXPECT_TRUE(with_id(r.report, "samples-dropped").empty());
+  const Json f = one(r, "rank-share");
+  EXPECT_EQ(f["severity"], "info");
+  EXPECT_EQ(f["message"], "the recorded order (order.json) is rank 1 of 2's share of the epoch: DistributedSampler splits the 8 "
+                          "samples over the 2 ranks, 4 samples each, and this rank delivers 4 distinct ones; the other 4 are the "
+                          "other ranks' to train on, checked where each rank runs its scan");
+  EXPECT_EQ(f["evidence"]["delivered_samples"], 4);
+  // Without order_rank the same order is a sampler that skips samples: said as such.
+  s.loader(R"({"batch_size": 2, "order": "order.json"})");
+  auto plain = s.scan();
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  expect_finding(one(plain, "samples-dropped"), "info", nullptr, {0, 2, 4, 6});
+  EXPECT_TRUE(with_id(plain.report, "input-nonfinite").empty()) << plain.report["findings"].dump(1);
+}
+
 TEST(ScanE2E, ProbeExposesASmallBatchFailureTheLoaderNeverDelivers) {
   ModuleSpec bn{"BatchNorm1d",
                 // What F.batch_norm's _verify_batch_size raises (C++-defined modules have no ValueError).

@@ -527,5 +527,46 @@ class TestScan(unittest.TestCase):
             batchcheck.scan(Net(), DataLoader(Pairs(4), batch_size=None), nn.CrossEntropyLoss())
 
 
+
+class TestADistributedRank(unittest.TestCase):
+    """scan() of one DDP rank's loader (the DDP tutorial's multigpu.py: DistributedSampler over 2
+    ranks), with a NaN in a sample only rank 1 trains on: each rank's scan speaks of its share."""
+
+    def test_each_rank_scans_its_share_in_its_own_words(self):
+        from torch.utils.data.distributed import DistributedSampler
+        n, batch = 64, 8
+        rank1 = list(DistributedSampler(Pairs(n), num_replicas=2, rank=1, shuffle=True, seed=0))
+        bad = rank1[0]  # rank 1's first sample: the one a probe of dataset[0..] might have read
+        data = Pairs(n, nan=(bad,))
+        for rank in (0, 1):
+            with self.subTest(rank=rank):
+                loader = DataLoader(data, batch_size=batch,
+                                    sampler=DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=0))
+                report = batchcheck.scan(Net(bn=True), loader, nn.CrossEntropyLoss(), quiet=True)
+                self.assertNotIn("samples-dropped", ids(report), report.text)
+                share = [f for f in report.findings if f.id == "rank-share"]
+                self.assertEqual(len(share), 1, report.text)
+                self.assertIn("rank %d of 2's share of the epoch" % rank, share[0].message)
+                self.assertIn("32 samples each", share[0].message)
+                self.assertIn("the other 32 are the other ranks' to train on", share[0].message)
+                for f in report.findings:  # a bad value is the data's, whatever the batch's size
+                    if f.id.startswith(("input-", "target-")):
+                        self.assertNotIn("training does not hit this now", f.message)
+                # The real loop of this rank: its batches, where the NaN reaches the loss.
+                truth = [k for k, (x, y) in enumerate(loader) if not torch.isfinite(x).all()]
+                found = sorted(o["batch"] for f in report.findings if f.id == "input-nonfinite"
+                               for o in f.data["occurrences"])
+                self.assertEqual(found, truth, report.text)
+                self.assertEqual(truth, [0] if rank == 1 else [])
+                if rank == 1:
+                    f = [f for f in report.findings if f.id == "input-nonfinite"][0]
+                    self.assertEqual(f.data["occurrences"][0]["samples"], [bad])
+                # Every probe read a sample this rank delivers.
+                mine = set(int(i) for i in loader.sampler)
+                for f in report.findings:
+                    if f.data.get("probe"):
+                        for o in f.data["occurrences"]:
+                            self.assertLessEqual(set(o["samples"]), mine, report.text)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])

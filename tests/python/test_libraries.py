@@ -315,8 +315,11 @@ class TestTransformers(Case):
         truth = hf_loop(make(), DataLoader(Texts(12, 100, bad=9), batch_size=4))
         self.assertEqual(truth[0], 2)
         report = batchcheck.scan(make(), DataLoader(Texts(12, 100, bad=9), batch_size=4), "model", quiet=True)
-        self.assertEqual(errors(report), [("forward-error", 2, [8, 9, 10, 11])])
-        self.assertIn(truth[1], report.errors()[0].message)
+        # The token id is read where the embedding is given it: its sample, with the vocabulary's fixes.
+        self.assertEqual(errors(report), [("forward-error", 2, [9])])
+        self.assertEqual(truth[1], "index out of range in self")
+        self.assertIn("token id 107 >= num_embeddings 100", report.errors()[0].message)
+        self.assertEqual([f["id"] for f in report.errors()[0].data["fixes"]][:2], ["check-vocab-size", "resize-embeddings"])
 
     def test_bert_and_distilbert_with_attention_masks_token_id_past_the_vocabulary(self):
         from transformers import BertConfig, BertForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification

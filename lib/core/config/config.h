@@ -175,6 +175,12 @@ struct LoaderConfig {
   // loader.order: the batches recorded from the user's own loader replace the sampler.
   std::shared_ptr<const RecordedOrder> order;
   std::string order_path;  // its file, resolved (never written over: scan_setup)
+  // loader.order_rank: the order is one rank's share of a DistributedSampler's epoch (rank R of
+  // W, its sampler yielding `samples`): the other ranks' samples are theirs, not dropped.
+  struct RankShare {
+    uint64_t rank = 0, world_size = 1, samples = 0;
+  };
+  std::optional<RankShare> order_rank;
   // DataLoader arguments accepted so a user can paste theirs, but which do not change
   // which samples land in which batch (num_workers, pin_memory, ...): named in the report.
   std::vector<std::string> ignored_keys;

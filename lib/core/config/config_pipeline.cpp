@@ -199,7 +199,8 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   static const std::vector<std::string> kNoEffect = {"num_workers", "pin_memory", "persistent_workers",
                                                      "prefetch_factor", "timeout", "pin_memory_device"};
   std::vector<std::string> known = {"batch_size", "drop_last", "sampler", "shuffle", "seed", "epoch", "world_size",
-                                    "sampler_drop_last", "accumulation_steps", "collate", "order", "order_name", "collate_fn"};
+                                    "sampler_drop_last", "accumulation_steps", "collate", "order", "order_name", "order_rank",
+                                    "collate_fn"};
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
   if (const std::optional<std::string> fn = l.string("collate_fn")) {
@@ -231,12 +232,26 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
     if (name && (name->empty() || name->size() > 200)) l.fail("order_name", "expected a name of 1 to 200 characters");
     out.order = std::make_shared<const RecordedOrder>(load_order(name ? single_line(*name) : *order, out.order_path));
     out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
+    if (l.has("order_rank")) {
+      const JsonObject share = l.object("order_rank");
+      share.reject_unknown({"rank", "world_size", "samples"});
+      LoaderConfig::RankShare r;
+      r.world_size = share.required_uint("world_size", 1);
+      if (r.world_size > kMaxWorldSize) share.fail("world_size", world_size_too_large(r.world_size));
+      r.rank = share.required_uint("rank", 0);
+      if (r.rank >= r.world_size) share.fail("rank", "expected a rank below world_size " + std::to_string(r.world_size));
+      r.samples = share.uint("samples", 0).value_or(0);
+      if (out.order->ranks.size() != 1) l.fail("order_rank", "names the one rank the order holds; this order holds " +
+                                                                 std::to_string(out.order->ranks.size()) + " ranks");
+      out.order_rank = r;
+    }
     // The configured batch size is the nominal one (what tail findings compare with).
     out.batch_size = l.uint("batch_size", 1).value_or(std::max<uint64_t>(1, out.order->largest_batch));
     out.accumulation_steps = l.uint("accumulation_steps", 1).value_or(1);
     parse_collate(l, out.collate);
     return;
   }
+  if (l.has("order_rank")) l.fail("order_rank", "describes a recorded order: use it with \"order\"");
   out.batch_size = l.required_uint("batch_size", 1);
   out.drop_last = l.boolean("drop_last").value_or(false);
   out.world_size = l.uint("world_size", 1).value_or(1);

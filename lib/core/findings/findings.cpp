@@ -87,7 +87,22 @@ void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks
     f.evidence = {{"order", o.display}, {"batch_size", b}, {"last_batch_size", size}};
     out.push_back(f);
   }
-  if (g.recorded_undelivered > 0) {
+  if (g.recorded_undelivered > 0 && g.spec.share) {
+    // One rank's share of a DistributedSampler's epoch: the samples it lacks are the other
+    // ranks' to train on, not dropped.
+    const LoaderConfig::RankShare& r = *g.spec.share;
+    const uint64_t delivered = g.spec.samples - g.recorded_undelivered;
+    Finding f = base("rank-share", ranks);
+    f.message = "the recorded order (" + o.display + ") is rank " + std::to_string(r.rank) + " of " +
+                std::to_string(r.world_size) + "'s share of the epoch: DistributedSampler splits the " +
+                plural(g.spec.samples, "sample") + " over the " + std::to_string(r.world_size) + " ranks" +
+                (r.samples ? ", " + plural(r.samples, "sample") + " each" : std::string()) + ", and this rank delivers " +
+                std::to_string(delivered) + " distinct ones; the other " + std::to_string(g.recorded_undelivered) +
+                " are the other ranks' to train on, checked where each rank runs its scan";
+    f.evidence = {{"rank", r.rank}, {"world_size", r.world_size}, {"delivered_samples", delivered}, {"samples", g.spec.samples}};
+    if (r.samples) f.evidence["share_samples"] = r.samples;
+    out.push_back(f);
+  } else if (g.recorded_undelivered > 0) {
     Finding f = base("samples-dropped", ranks);
     std::vector<bool> seen(g.spec.samples, false);
     for (const auto& rank : o.ranks) {

@@ -40,7 +40,11 @@ void Aggregator::finish_findings() {
   for (std::size_t i = 0; i < findings_.size(); ++i) {
     Finding& f = findings_[i];
     if (f.probe && std::find(replay_ids.begin(), replay_ids.end(), f.id) != replay_ids.end()) continue;
-    if (f.probe && std::find(produced.begin(), produced.end(), f.probe_size) == produced.end()) {
+    // A bad value in the data (NaN, a label past the classes) does not depend on the batch's
+    // size: whichever batch holds the sample trains on it, so a probe's stays what it is.
+    const FindingInfo* info = find_finding(f.id);
+    const bool data_value = info && (std::string(info->stage) == "data" || std::string(info->stage) == "target");
+    if (f.probe && !data_value && std::find(produced.begin(), produced.end(), f.probe_size) == produced.end()) {
       // The loader never delivers this size: a fragile model, not a failing setup. BatchNorm on
       // a batch of one is true of nearly every BatchNorm network: information about the model,
       // not a warning on every clean scan (--fail-on warning gates).

@@ -65,6 +65,7 @@ LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples) {
   s.distributed_sampler = loader.sampler == SamplerKind::Distributed;
   s.seed_negative = loader.seed_negative;
   s.recorded = loader.order;
+  s.share = loader.order_rank;
   return s;
 }
 

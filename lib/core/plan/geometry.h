@@ -26,6 +26,7 @@ struct LoaderSpec {
   bool seed_negative = false;        // `seed` is a negative seed's two's complement
   // loader.order: the batches as recorded; world_size is its number of ranks.
   std::shared_ptr<const RecordedOrder> recorded;
+  std::optional<LoaderConfig::RankShare> share;  // loader.order_rank
 
   bool uses_distributed_sampler() const { return distributed_sampler || world_size > 1; }
 };

@@ -32,7 +32,7 @@ namespace batchcheck {
 
 namespace detail {
 
-void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
+void Replayer::run_probes(uint64_t first_step, const std::vector<int64_t>& delivered) {
   if (!complete_ || failing_) return;
   if (shard_ && shard_->index != 0) return;  // shard 0 runs them
   bool reset = false;
@@ -40,7 +40,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const uint64_t size = sizes[i];
     const uint64_t step = first_step + i;
-    if (size > samples || size == 0 || !runs(step)) continue;
+    if (size > delivered.size() || size == 0 || !runs(step)) continue;
     if (stop_requested()) {
       complete_ = false;
       break;
@@ -50,8 +50,7 @@ void Replayer::run_probes(uint64_t first_step, uint64_t samples) {
       backend_.reset_model();
       reset = true;
     }
-    std::vector<int64_t> probe(size);
-    for (uint64_t k = 0; k < size; ++k) probe[k] = static_cast<int64_t>(k);
+    std::vector<int64_t> probe(delivered.begin(), delivered.begin() + static_cast<std::ptrdiff_t>(size));
     BatchContext ctx{StepInfo{step, std::nullopt, std::nullopt, true, size}, &probe, false};
     check_batch(ctx);
     collect_pending();
@@ -113,12 +112,22 @@ void Replayer::run(const OrderFn& order) {
   }
 
   auto indices_of = [&](uint64_t step) { return plan.batch_indices(ranks[step / per_rank], batch_list[step % per_rank]); };
+  // The probes read the first samples the first scanned rank delivers (its first batches'):
+  // never one only another rank trains on, or one no batch holds.
+  std::vector<int64_t> probe_samples;
+  uint64_t largest_probe = 0;
+  for (uint64_t p : cfg_.checks.probe_batch_sizes) largest_probe = std::max(largest_probe, p);
+  for (uint64_t b = 0; b < g.batches_per_rank && probe_samples.size() < largest_probe; ++b) {
+    for (int64_t i : plan.batch_indices(ranks.front(), b)) {
+      if (probe_samples.size() < largest_probe) probe_samples.push_back(i);
+    }
+  }
   // --fail-fast: the probes, then every rank's first and last batch, then the rest.
   const bool fail_fast = settings_.fail_fast && settings_.fail_on != FailOn::Never;
   delivered_ = produced_sizes(g);
   const StepOrder steps(ranks.size(), per_rank, fail_fast, [this](uint64_t s) { return runs(s); });
   if (fail_fast) {
-    run_probes(total, data.samples);
+    run_probes(total, probe_samples);
     collect_pending();
     backend_.reset_model();  // the replay starts from the model as loaded
   }
@@ -159,7 +168,7 @@ void Replayer::run(const OrderFn& order) {
   }
   collect_pending();
   if (failing_) complete_ = false;
-  if (!fail_fast) run_probes(total, data.samples);
+  if (!fail_fast) run_probes(total, probe_samples);
   ScanEnd end;
   end.complete = complete_;
   end.device_lost = device_lost_;

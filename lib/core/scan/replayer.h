@@ -70,7 +70,7 @@ class Replayer {
   void run_backward(const BatchContext& ctx);
   void localize(const BatchContext& ctx, const std::vector<Emitted>& emitted, const std::optional<ValueRule>& rule,
                 BatchView& view);
-  void run_probes(uint64_t first_step, uint64_t samples);
+  void run_probes(uint64_t first_step, const std::vector<int64_t>& delivered);
   void split_if_requested(std::optional<uint64_t> next_step);
   bool stop_requested() const { return device_lost_ || (settings_.stop && settings_.stop->load() != 0); }
   StepEnd step_end(const BatchContext& ctx, bool forward_ok) const;

@@ -311,6 +311,16 @@ TEST(Config, RecordedOrderReplacesTheSampler) {
             "batchcheck: error: cfg.json: loader.shuffle: not used with \"order\": the recorded batches already say which "
             "samples each batch of each rank holds; remove \"shuffle\"");
   EXPECT_EQ(err(R"({"order": "missing.json"})"), "batchcheck: error: missing.json: cannot read: No such file or directory");
+  // order_rank: the order is one DDP rank's share.
+  const Config share = parse_config("cfg.json", with("loader", R"({"order": "order.json", "order_rank": {"rank": 1, "world_size": 4, "samples": 2}})"), dir.string());
+  ASSERT_TRUE(share.loader.order_rank);
+  EXPECT_EQ(share.loader.order_rank->rank, 1u);
+  EXPECT_EQ(share.loader.order_rank->world_size, 4u);
+  EXPECT_EQ(share.loader.order_rank->samples, 2u);
+  EXPECT_EQ(err(R"({"order": "order.json", "order_rank": {"rank": 4, "world_size": 4}})"),
+            "batchcheck: error: cfg.json: loader.order_rank.rank: expected a rank below world_size 4");
+  EXPECT_EQ(err(R"({"batch_size": 2, "order_rank": {"rank": 0, "world_size": 2}})"),
+            "batchcheck: error: cfg.json: loader.order_rank: describes a recorded order: use it with \"order\"");
   fs::remove_all(dir);
 }
 
