@@ -490,6 +490,19 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
                         named = set(s for samples in found[batch].values() for s in samples)
                         self.assertEqual(named, {bad}, "%s\n%s" % (name, report.text))
 
+    def test_reproduce_builds_the_batch_with_the_loaders_collate_fn_and_raises_as_training_did(self):
+        report, truth, loader = scan_and_loop(case_seq2seq, 40)
+        fix = [x for f in report.errors() for x in f.data["fixes"] if x["id"] == "reproduce"][0]
+        # pad_collate_tb of this script (run as __main__: by the loader's name), or of the module.
+        self.assertRegex(fix["code"], r"^(from test_captures import pad_collate_tb; batch = pad_collate_tb|"
+                                      r"batch = loader\.collate_fn)\(\[dataset\[i\] for i in range\(32, 48\)\]\)")
+        self.assertNotIn("default_collate", fix["code"])
+        model, _, step = case_seq2seq(40)
+        scope = {"dataset": loader.dataset, "model": model, "step": step, "loader": loader}
+        with self.assertRaises(IndexError) as raised:
+            exec(fix["code"], scope)
+        self.assertEqual(str(raised.exception), truth[2])
+
     def test_a_batchnorm_tail_of_one_is_reported_first_as_pytorch_raises_it(self):
         # PyTorch raises BatchNorm's check before the loss's size check the .squeeze() would fail.
         report, truth, _ = scan_and_loop(lambda bad: case_siamese(bad, n=33), None)

@@ -164,14 +164,15 @@ class SuperResolution(Dataset):
     """examples/super_resolution's shape: low-resolution input, high-resolution target, each read
     from its own file as the Dataset is indexed."""
 
-    def __init__(self, folder):
-        self.files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".npy"))
+    def __init__(self, folder, attr="files"):
+        self.attr = attr  # examples/super_resolution names its list image_filenames
+        setattr(self, attr, sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".npy")))
 
     def __len__(self):
-        return len(self.files)
+        return len(getattr(self, self.attr))
 
     def __getitem__(self, i):
-        hi = torch.from_numpy(np.load(self.files[i]))
+        hi = torch.from_numpy(np.load(getattr(self, self.attr)[i]))
         return F.avg_pool2d(hi.unsqueeze(0), 2).squeeze(0), hi
 
 
@@ -281,15 +282,16 @@ class TestTrainingSteps(unittest.TestCase):
 
     def test_a_corrupt_file_in_the_first_batch_is_a_finding_naming_the_file(self):
         # Batch 0 is no different from batch 1 (scan() raised the loader's error before).
-        for bad in (1, 5):
-            with tempfile.TemporaryDirectory() as d:
+        # The file comes from the Dataset's list of one path per sample, under any name of its own.
+        for bad, attr in ((1, "files"), (5, "files"), (5, "image_filenames")):
+            with self.subTest(bad=bad, attr=attr), tempfile.TemporaryDirectory() as d:
                 g = torch.Generator().manual_seed(0)
                 for i in range(12):
                     np.save(os.path.join(d, "%03d.npy" % i), torch.rand(1, 8, 8, generator=g).numpy())
                 path = os.path.join(d, "%03d.npy" % bad)
                 with open(path, "r+b") as f:
                     f.truncate(100)  # the header survives, the pixels do not
-                loader = DataLoader(SuperResolution(d), batch_size=4)
+                loader = DataLoader(SuperResolution(d, attr), batch_size=4)
                 report = batchcheck.scan(SRNet(), loader, nn.MSELoss(), quiet=True)
                 self.assertEqual(errors(report), {"sample-unreadable": [(bad // 4, [bad])]}, report.text)
                 f = report.errors()[0]
