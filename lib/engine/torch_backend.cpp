@@ -261,11 +261,12 @@ class TorchBackend : public Backend {
       if (context_lost_) throw std::runtime_error(kDeviceAssertError);
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
-      SelectedOutputs out = select_outputs(cfg_.model.format == ModelFormat::Eager ? given_output()
-                                           : cfg_.loss.type == LossType::Step
-                                               ? active().forward_step(forward_args(), batch_size_, faults, stopped)
-                                               : active().forward(forward_args()),
-                                           cfg_);
+      SelectedOutputs out = cfg_.model.format == ModelFormat::Eager
+                                ? given_outputs()
+                                : select_outputs(cfg_.loss.type == LossType::Step
+                                                     ? active().forward_step(forward_args(), batch_size_, faults, stopped)
+                                                     : active().forward(forward_args()),
+                                                 cfg_);
       output_ = std::move(out.prediction);
       aux_ = std::move(out.aux);
       loss_terms_ = std::move(out.loss_terms);
@@ -529,6 +530,23 @@ class TorchBackend : public Backend {
     if (!given_) throw InputError(cfg_.file, "model.format", "\"eager\" needs each batch's prediction from batchcheck.scan(); the stream sent none");
     if (!given_->error.empty()) throw std::runtime_error(given_->error);
     return given_->output.to(device_);
+  }
+
+  // The prediction forward gave in the user's process, and loss.aux's outputs sent beside it
+  // (batchcheck.scan() selected each: the engine has no model output to select from).
+  SelectedOutputs given_outputs() const {
+    c10::IValue out = given_output();
+    if (cfg_.loss.aux.empty() || returns_loss(cfg_.loss.type)) return select_outputs(out, cfg_);
+    SelectedOutputs r;
+    r.prediction = out.toTensor();
+    for (const auto& [key, weight] : cfg_.loss.aux) {
+      const auto it = given_->aux.find(key);
+      if (it == given_->aux.end()) {
+        throw InputError(cfg_.file, "loss.aux." + key, "the stream sent no output \"" + key + "\" beside the prediction");
+      }
+      r.aux.push_back(it->second.to(device_));
+    }
+    return r;
   }
 
   const Config& cfg_;

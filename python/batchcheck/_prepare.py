@@ -38,22 +38,28 @@ class _EagerForward:
     scan moves none of their BatchNorm statistics: the prediction of a batch, selected as the
     engine would (output=, "loss"/"logits" of a dict, the first of a tuple)."""
 
-    def __init__(self, model, names, keywords, pick, mode):
+    def __init__(self, model, names, keywords, pick, mode, aux=None):
         import copy
         self.model = copy.deepcopy(model)
         self.model.train(mode == "train")
         self.names, self.keywords, self.pick = list(names), keywords, pick
+        self.aux = [str(k) for k in (aux or {})]  # loss.aux's keys: the extra outputs sent beside the prediction
         params = list(self.model.parameters())
         self.device = params[0].device if params else torch.device("cpu")
 
     def __call__(self, fields):
+        return self.outputs(fields)[0]
+
+    def outputs(self, fields):
+        """(the prediction, {aux key: tensor}) of forward on the batch's fields."""
         given = dict(fields)
         args = [given[n].to(self.device) for n in self.names]
         with torch.no_grad():
-            out = _select(self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args), self.pick)
+            raw = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
+        out = _select(raw, self.pick)
         if not isinstance(out, torch.Tensor):
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
-        return out
+        return out, {key: _aux_output(raw, key) for key in self.aux}
 
     def serve(self, fields, batch=None):
         """(the prediction or None, what the batch's header adds): forward with the arguments of
@@ -68,7 +74,9 @@ class _EagerForward:
         extra = {}
         try:
             with _ModuleStack(checks, self.model), checks:
-                out = self(fields)
+                pred, aux = self.outputs(fields)
+            # The tensors the engine is sent: the prediction, and aux='s outputs by their keys.
+            out = dict({"batchcheck.aux." + k: t for k, t in aux.items()}, **{"batchcheck.prediction": pred})
         except Stopped:
             out = None
         except Exception as e:  # what their forward raised: the engine classifies it
@@ -77,6 +85,25 @@ class _EagerForward:
         if checks.faults:
             extra["faults"] = checks.faults
         return out, extra
+
+
+def _aux_output(raw, key):
+    """aux='s output `key` of what forward returned: a dict's (a ModelOutput's) key, or a tuple's
+    index; raises, naming what there is, where forward has none of that name."""
+    if isinstance(raw, dict):
+        if key not in raw:
+            raise KeyError("aux= names the output %r, but forward returns the keys %s" % (key, sorted(map(str, raw))))
+        t = raw[key]
+    elif isinstance(raw, (tuple, list)):
+        try:
+            t = raw[int(key)]
+        except (ValueError, IndexError):
+            raise KeyError("aux= names the output %r, but forward returns a %s of %d" % (key, type(raw).__name__, len(raw)))
+    else:
+        raise KeyError("aux= names the output %r, but forward returns one tensor" % key)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("aux= output %r is %s, not a tensor" % (key, type(t).__name__))
+    return t
 
 
 def _keyword_names(model, names):

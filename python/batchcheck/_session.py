@@ -258,9 +258,6 @@ class Session:
                               "runs eagerly in this process on a copy, the arguments of its index and loss ops checked "
                               "there and what it returns in the engine: no gradient checks, no checks of its weights, "
                               "no root cause" % _failure_reason(e), stacklevel=3)
-                if o.aux:
-                    raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the "
-                                    "prediction only") from e
                 scripted = None
                 if self.arrays is not None:  # the forward runs here: batches go through the stream
                     self.arrays.close()
@@ -275,7 +272,7 @@ class Session:
             self.arrays.close()  # the stream names each batch's capture, or its error
             self.arrays = None
         if scripted is None:
-            server.forward = _EagerForward(model, call, keywords, pick, o.mode)
+            server.forward = _EagerForward(model, call, keywords, pick, o.mode, o.aux)
         else:
             server.libraries = _export._operator_libraries(scripted)
             if self.engine is None:

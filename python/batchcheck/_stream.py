@@ -369,8 +369,9 @@ class _Server:
         extra = {}
         if self.forward is not None and hasattr(self.forward, "serve"):  # their step, run eagerly and checked
             pred, extra = self.forward.serve(tensors, len(indices))
-            if pred is not None:
-                tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
+            if pred is not None:  # the prediction, or it and aux='s outputs by their field names
+                for name, t in (pred.items() if isinstance(pred, dict) else [("batchcheck.prediction", pred)]):
+                    tensors.append((name, t.detach().cpu().contiguous()))
         elif self.forward is not None:
             try:
                 pred = self.forward(tensors)

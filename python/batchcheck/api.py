@@ -63,8 +63,6 @@ def _refuse(loader, mode, aux, eager, loss, step):
         raise TypeError("batchcheck.scan: the loader has batch_size=None (no automatic batching): its items are not batches")
     if mode not in ("train", "eval"):
         raise ValueError("batchcheck.scan: mode is 'train' or 'eval', got %r" % (mode,))
-    if aux and eager is True:
-        raise TypeError("batchcheck.scan: aux= needs the engine's forward; an eager scan checks the prediction only")
     if step is not None and loss is not None:
         raise TypeError("batchcheck.scan: pass loss= or step=, not both (a step computes its own loss)")
     if step is not None and not callable(step):

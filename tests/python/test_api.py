@@ -150,8 +150,34 @@ class TestScan(unittest.TestCase):
         # The scan ran a copy: the user's BatchNorm statistics did not move.
         for k, v in model.state_dict().items():
             self.assertTrue(torch.equal(v, before[k]), k)
-        with self.assertRaisesRegex(TypeError, "aux= needs the engine's forward"):
-            batchcheck.scan(model, DataLoader(ds, batch_size=8), nn.CrossEntropyLoss(), eager=True, aux={"1": 0.5}, quiet=True)
+
+    def test_aux_outputs_are_checked_on_the_eager_path_as_in_the_engine(self):
+        # Inception's kind: forward returns (logits, aux logits), the loss sums both. The aux head
+        # turns NaN for sample 11 alone; eagerly or in the engine, the same finding.
+        class TwoHeads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net, self.aux = Net(), nn.Linear(3, 4)
+
+            def forward(self, x):
+                pooled = x.mean(dim=(2, 3))
+                return self.net(x), self.aux(torch.log(pooled - 0.2))  # NaN where a mean is below 0.2
+
+        ds = Pairs(17)
+        ds.x[11] *= 0.01
+        loader = DataLoader(ds, batch_size=8)
+        found = {}
+        for eager in (True, None):
+            report = batchcheck.scan(TwoHeads(), loader, nn.CrossEntropyLoss(), output=0, aux={"1": 0.4}, eager=eager,
+                                     quiet=True)
+            found[eager] = sorted((f.id, f.batch, tuple(f.samples)) for f in report.findings if f.severity == "error")
+            self.assertIn(("output-nonfinite", 1, (11,)), found[eager], report.text)
+            self.assertIn('output "1"', " ".join(f.message for f in report.findings), report.text)
+        self.assertEqual(found[True], found[None])
+        # An output forward does not return: each batch's forward error says what there is.
+        r = batchcheck.scan(TwoHeads(), loader, nn.CrossEntropyLoss(), output=0, aux={"7": 0.4}, eager=True, quiet=True)
+        self.assertEqual(ids(r, "error"), ["forward-error"], r.text)
+        self.assertIn("aux= names the output '7', but forward returns a tuple of 2", r.errors()[0].message)
 
     def test_a_libtorch_crash_is_a_finding_and_the_scan_goes_on(self):
         # The engine child crashes at batch 1 (a fault injected into the engine, as the

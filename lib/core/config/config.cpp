@@ -325,7 +325,8 @@ void parse_loss(const JsonObject& l, LossConfig& out) {
 
 // loss.aux selects outputs the way model.output selects the prediction.
 void check_aux_outputs(const JsonObject& top, const Config& cfg) {
-  if (cfg.loss.aux.empty()) return;
+  // model.format "eager": batchcheck.scan() selected each output in the user's process.
+  if (cfg.loss.aux.empty() || cfg.model.format == ModelFormat::Eager) return;
   const JsonObject loss = top.object("loss");
   const auto& out = cfg.model.output;
   if (!out) {

@@ -42,6 +42,8 @@ enum class DataFormat { Npy, Pt, ImageFolder, Stream };
 enum class ModelFormat { TorchScript, Pt2, Eager };
 // The stream's field that holds an eager forward's prediction (or the loss, with loss "model").
 inline constexpr const char* kEagerPredictionField = "batchcheck.prediction";
+// ... and loss.aux's outputs, each as "batchcheck.aux.<key>".
+inline constexpr const char* kEagerAuxPrefix = "batchcheck.aux.";
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
 // DistributedSampler (its own defaults: shuffle=True, seed=0).
 enum class SamplerKind { Sequential, Random, Distributed };

@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@ constexpr int kTargetField = -1;
 // batch's truth (PyTorch raises it first); `unchecked`: no capture computes what their code does.
 struct GivenForward {
   at::Tensor output;
+  std::map<std::string, at::Tensor> aux;  // loss.aux's outputs, by their keys
   std::string error;  // the exception's message; empty where forward ran
   std::string location, source_line, raised_in, traceback, module;  // where, as core/findings/error_text.h
   bool unchecked = false;

@@ -9,7 +9,8 @@
 // byte order): {"fields": [{"name", "dtype", "shape"}...]}, or
 // {"error": "collate" | "dataset", "message": ..., "row": ...} where their code raised. With
 // model.format "eager" the header may also carry the user's forward: the field
-// "batchcheck.prediction", or {"forward_error": "what forward raised"}, a message or an object
+// "batchcheck.prediction" (and "batchcheck.aux.<key>" for each of loss.aux's outputs), or
+// {"forward_error": "what forward raised"}, a message or an object
 // ({"message", "location", "source_line", "raised_in", "traceback", "module", "unchecked"}).
 // For a captured step, "capture" names another shape's archive beside the model's (a file name),
 // and "forward_error" what the user's own step raised on this batch (its truth). A request says how
@@ -295,6 +296,9 @@ class StreamSource : public DataSource {
       if (name == kEagerPredictionField) {
         if (!b.given) b.given.emplace();
         b.given->output = std::move(t);
+      } else if (name.rfind(kEagerAuxPrefix, 0) == 0) {
+        if (!b.given) b.given.emplace();
+        b.given->aux[name.substr(std::strlen(kEagerAuxPrefix))] = std::move(t);
       } else {
         b.fields[name] = std::move(t);
       }
