@@ -230,14 +230,13 @@ def _tensors(fields):
     return [t for _, t in fields if isinstance(t, torch.Tensor)]
 
 
-def run_step(captures, fields, train, batch=None):
+def run_step(captures, fields, train, batch):
     """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
     exception it raised or None). In train mode the loss's gradients are computed with
-    torch.autograd.grad (the parameters' .grad untouched) and each parameter's NaN/Inf counted."""
+    torch.autograd.grad (the parameters' .grad untouched) and each parameter's NaN/Inf counted.
+    `batch`: the batch's number of samples (its layout need not be batch-first)."""
     from batchcheck._capture import untouched
     args = captures._args(fields)
-    if batch is None:
-        batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
     checks = OpChecks(batch, _tensors(fields))
     owner = captures.owner
     with untouched(owner, captures.mode), _ModuleStack(checks, owner):
@@ -312,7 +311,7 @@ class _FirstNonfinite(TorchDispatchMode):
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
 
 
-def localize(captures, fields, batch=None):
+def localize(captures, fields, batch):
     """Where the first NaN/Inf of a failing batch was born, its step run once more eagerly: a
     model input that holds it, a parameter that does, or the first op that made it from finite
     values. Localization's fields (core/findings/root_cause.h); None where nothing was seen."""
@@ -326,8 +325,6 @@ def localize(captures, fields, batch=None):
             name = name[len("model."):] if name.startswith("model.") else name
             return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
     args = captures._args(fields)
-    if batch is None:
-        batch = int(args[0].shape[0]) if args and args[0].dim() > 0 else 1
     checks = OpChecks(batch, _tensors(fields))
     seen = _FirstNonfinite(checks.stack)
     with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():

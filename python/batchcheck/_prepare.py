@@ -47,9 +47,6 @@ class _EagerForward:
         params = list(self.model.parameters())
         self.device = params[0].device if params else torch.device("cpu")
 
-    def __call__(self, fields):
-        return self.outputs(fields)[0]
-
     def outputs(self, fields):
         """(the prediction, {aux key: tensor}) of forward on the batch's fields."""
         given = dict(fields)
@@ -61,22 +58,20 @@ class _EagerForward:
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
         return out, {key: _aux_output(raw, key) for key in self.aux}
 
-    def serve(self, fields, batch=None):
-        """(the prediction or None, what the batch's header adds): forward with the arguments of
-        its index and loss ops read before they run (_eager.OpChecks), as the engine reads them in
-        a graph, so that a token id past the embedding names its sample, not the whole batch."""
+    def serve(self, fields, batch):
+        """(the tensors to send or None, what the batch's header adds), `batch`: its number of
+        samples. Forward with the arguments of its index and loss ops read before they run
+        (_eager.OpChecks), as the engine reads them in a graph, so that a token id past the
+        embedding names its sample, not the whole batch."""
         from batchcheck._capture import record
         from batchcheck._eager import OpChecks, Stopped, _ModuleStack, _tensors
-        tensors = _tensors(fields)
-        if batch is None:
-            batch = int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else 1
-        checks = OpChecks(batch, tensors)
+        checks = OpChecks(batch, _tensors(fields))
         extra = {}
         try:
             with _ModuleStack(checks, self.model), checks:
                 pred, aux = self.outputs(fields)
             # The tensors the engine is sent: the prediction, and aux='s outputs by their keys.
-            out = dict({"batchcheck.aux." + k: t for k, t in aux.items()}, **{"batchcheck.prediction": pred})
+            out = {"batchcheck.prediction": pred, **{"batchcheck.aux." + k: t for k, t in aux.items()}}
         except Stopped:
             out = None
         except Exception as e:  # what their forward raised: the engine classifies it
@@ -247,7 +242,7 @@ class _EagerStep:
     def __init__(self, captures):
         self.captures = captures
 
-    def serve(self, fields, batch=None):
+    def serve(self, fields, batch):
         """(the loss or None, what the batch's header adds); `batch`: its number of samples."""
         from batchcheck._capture import message, record
         from batchcheck._eager import localize, run_step

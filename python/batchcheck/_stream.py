@@ -13,7 +13,6 @@ from collections import OrderedDict, deque
 
 import torch
 
-from batchcheck import _capture
 from batchcheck._wire import _dtype, _fields, _file_of, _indexed_tensors, _nbytes, _recv, _send, _send_batch
 
 
@@ -73,7 +72,7 @@ class _Server:
         self.unpatch = None
         self.exhausted = False
         self.error = None
-        self.forward = None  # an _EagerForward: the model runs here, the engine checks its outputs
+        self.forward = None  # an _EagerForward or _EagerStep: it runs here (serve), the engine checks what it gives
         self.captures = None  # a step's captures (_capture.py): which one runs each batch, proven per shape
         self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
         self.conns = set()  # open connections (closed with the scan)
@@ -367,17 +366,11 @@ class _Server:
         tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
         forward_error = capture = None
         extra = {}
-        if self.forward is not None and hasattr(self.forward, "serve"):  # their step, run eagerly and checked
+        if self.forward is not None:  # their model or step, run eagerly here and checked
             pred, extra = self.forward.serve(tensors, len(indices))
             if pred is not None:  # the prediction, or it and aux='s outputs by their field names
                 for name, t in (pred.items() if isinstance(pred, dict) else [("batchcheck.prediction", pred)]):
                     tensors.append((name, t.detach().cpu().contiguous()))
-        elif self.forward is not None:
-            try:
-                pred = self.forward(tensors)
-                tensors.append(("batchcheck.prediction", pred.detach().cpu().contiguous()))
-            except Exception as e:  # what their forward raised: the engine classifies it
-                forward_error = _capture.record(e)
         elif self.captures is not None:
             capture, forward_error = self.captures.decide(tuple(indices), tensors)
         header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
