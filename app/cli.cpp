@@ -5,6 +5,7 @@
 #include <sstream>
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -109,7 +110,7 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
 }
 
 struct ScanArgs {
-  std::string config, output, fail_on = "error", device, mode, max_batches, rank, threads, batch_timeout, shard,
+  std::string config, output, fail_on = "error", device, mode, precision, half_headroom, max_batches, rank, threads, batch_timeout, shard,
       jobs = "auto", log_level, log_file;
   bool edges = false, quiet = false, verbose = false, no_backward = false, fail_fast = false;
   const CLI::Option* log_file_option = nullptr;  // given (even as "") or not
@@ -161,6 +162,21 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
       throw InputError("", "--mode", "unknown mode \"" + a.mode + "\" (expected train or eval)");
     }
     cmd.mode = a.mode == "train" ? Mode::Train : Mode::Eval;
+  }
+  if (!a.precision.empty()) {
+    cmd.precision = parse_precision(a.precision);
+    if (!cmd.precision) {
+      throw InputError("", "--precision", "unknown precision \"" + a.precision + "\"" +
+                                              did_you_mean(a.precision, {"fp32", "fp16", "bf16"}) + " (expected fp32, fp16 or bf16)");
+    }
+  }
+  if (!a.half_headroom.empty()) {
+    char* end = nullptr;
+    const double share = std::strtod(a.half_headroom.c_str(), &end);
+    if (end == a.half_headroom.c_str() || *end != '\0' || !(share > 0.0 && share <= 1.0)) {
+      throw InputError("", "--half-headroom", "\"" + a.half_headroom + "\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)");
+    }
+    cmd.half_headroom = share;
   }
   if (!a.max_batches.empty()) cmd.max_batches = parse_count("--max-batches", a.max_batches, 0);
   if (!a.rank.empty()) cmd.rank = parse_count("--rank", a.rank, 0);
@@ -312,6 +328,15 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   scan_cmd->add_option("--fail-on", sc.fail_on, "lowest severity that fails: error (default), warning, info, never");
   scan_cmd->add_option("--device", sc.device, "cpu, cuda, cuda:N or auto (overrides the config)");
   scan_cmd->add_option("--mode", sc.mode, "train or eval (overrides model.mode)");
+  scan_cmd->add_option("--precision", sc.precision,
+                       "fp32 (default), fp16 or bf16: forward and the loss run under torch.autocast with that dtype and "
+                       "PyTorch's own op lists, as mixed-precision training runs them; a value past float16's 65,504 is "
+                       "half-overflow (overrides the config's precision)")
+      ->type_name("fp32|fp16|bf16");
+  scan_cmd->add_option("--half-headroom", sc.half_headroom,
+                       "warn (half-headroom) when an op's largest value in an fp16 scan reaches this share of 65,504 "
+                       "(default 0.5)")
+      ->type_name("SHARE");
   scan_cmd->add_flag("--edges", sc.edges, "only the first and last batch of each rank plus the probes: a fast gate");
   scan_cmd->add_flag("--fail-fast", sc.fail_fast,
                      "check the probes and every rank's first and last batch first, then the rest, and stop at the first "

@@ -1,6 +1,9 @@
 #pragma once
 // The one place where the LibTorch versions batchcheck builds against differ in API.
 // Everything else in lib/engine/ is written once.
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>  // torch/csrc/api/include: TORCH_VERSION_MAJOR
 
@@ -29,6 +32,68 @@ inline void set_warning_handler(c10::WarningHandler* handler) {
   c10::Warning::set_warning_handler(handler);
 #endif
 }
+
+// torch.autocast's thread-local state, one device type at a time: per device type from 2.3
+// on (set_autocast_enabled(device, ...)), separate CPU and GPU functions up to then.
+inline bool autocast_enabled(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
+}
+
+// Whether this LibTorch's autocast runs `dtype` on `device`: CPU autocast took float16 in 2.1
+// (bfloat16 only before).
+inline bool autocast_supports(c10::DeviceType device, c10::ScalarType dtype) {
+  if (device != c10::DeviceType::CPU || dtype != c10::ScalarType::Half) return true;
+  return TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1);
+}
+
+// `with torch.autocast(device, dtype)`: entered, then left as Python leaves it (the cast
+// weights' cache cleared when the outermost one exits). Disabled, it leaves autocast as is.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype, bool enabled = true)
+      : device_(device), active_(enabled), was_(autocast_enabled(device)), was_dtype_(autocast_dtype(device)) {
+    if (!active_) return;
+    set_autocast(device_, true, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_autocast(device_, was_, was_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool active_, was_;
+  c10::ScalarType was_dtype_;
+};
 
 }  // namespace batchcheck::compat
 

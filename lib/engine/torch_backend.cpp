@@ -26,6 +26,7 @@
 #include "core/pipeline/classify.h"
 #include "core/pipeline/contract.h"
 #include "core/pipeline/worker.h"
+#include "engine/checks/half_watch.h"
 #include "engine/checks/tensor_checks.h"
 #include "engine/compat.h"
 #include "engine/cuda_runtime.h"
@@ -126,6 +127,7 @@ class TorchBackend : public Backend {
     }
     // Loading reads whole archives into memory and frees them: give that back before the scan.
     ::malloc_trim(0);
+    set_up_precision();
   }
 
   DatasetInfo dataset() const override {
@@ -261,6 +263,13 @@ class TorchBackend : public Backend {
       if (context_lost_) throw std::runtime_error(kDeviceAssertError);
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
+      compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
+      HalfWatch watch(watch_on_);
+      struct Keep {  // what the watch saw, whether forward returns or raises
+        HalfWatch& w;
+        HalfWatchResult& into;
+        ~Keep() { into = w.result(); }
+      } keep{watch, watched_};
       SelectedOutputs out = cfg_.model.format == ModelFormat::Eager
                                 ? given_outputs()
                                 : select_outputs(cfg_.loss.type == LossType::Step
@@ -290,12 +299,14 @@ class TorchBackend : public Backend {
 
   LossResult loss(const LossConfig& loss) override {
     if (returns_loss(loss.type)) return model_loss();
+    compat::AutocastScope autocast(device_.type(), half_.dtype, loss_autocast(loss));
     return run_loss(output_, target_, loss, device_, opt_.sync, opt_.backward ? &loss_ : nullptr);
   }
 
   std::shared_ptr<BatchView> snapshot() override {
     // Backward needs this batch's graph and the parameters' gradients on the main thread.
-    if (opt_.backward || returns_loss(cfg_.loss.type)) return nullptr;
+    // autocast is the thread's: a half-precision batch's loss runs on this one.
+    if (opt_.backward || returns_loss(cfg_.loss.type) || autocast_) return nullptr;
     return std::make_shared<TorchBatchView>(output_, aux_, target_, host_target_, device_, opt_.sync,
                                             [this, args = forward_args()](const LocalizeRequest& req) {
                                               return localize_batch(active(), cfg_, args, batch_size_, req);
@@ -303,6 +314,7 @@ class TorchBackend : public Backend {
   }
 
   std::optional<Localization> localize(const LocalizeRequest& req) override {
+    compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);  // the batch as it ran
     // A step run eagerly in the user's process was re-run there: where its NaN was born.
     if (given_ && given_->localization) return given_->localization;
     // A step on a GPU is localized on the CPU: the localizer runs every op of it, the loss op
@@ -328,6 +340,7 @@ class TorchBackend : public Backend {
     const std::vector<at::Tensor> kept = model->save_buffers();
     try {
       at::NoGradGuard no_grad;
+      compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
       // A step's parts run checked too: a loss op they would break stops them before it runs.
       std::vector<OpFault> faults;
       bool stopped = false;
@@ -350,6 +363,7 @@ class TorchBackend : public Backend {
     const std::vector<at::Tensor> kept = model->save_buffers();
     std::optional<ArgumentRun> r;
     try {
+      compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
       r = model->check_arguments(rerun_args(cpu), batch_size_);
     } catch (const InputError&) {
       throw;
@@ -364,7 +378,11 @@ class TorchBackend : public Backend {
   ValueStats check_aux(std::size_t k, const ValueRule& rule) override { return check_tensor(for_kernel(aux_.at(k).detach()), rule); }
   LossResult aux_loss(std::size_t k, const LossConfig& loss) override {
     at::Tensor l;
-    LossResult r = run_loss(aux_.at(k), target_, loss, device_, opt_.sync, opt_.backward ? &l : nullptr);
+    LossResult r;
+    {
+      compat::AutocastScope autocast(device_.type(), half_.dtype, loss_autocast(loss));
+      r = run_loss(aux_.at(k), target_, loss, device_, opt_.sync, opt_.backward ? &l : nullptr);
+    }
     if (l.defined() && loss_.defined() && r.ok && r.nonfinite == 0) {
       // loss(out) + w * loss(aux), as the training loop sums them; reduction="none" sums first.
       auto scalar = [](const at::Tensor& t) { return t.numel() == 1 ? t.reshape({}) : t.sum(); };
@@ -409,6 +427,40 @@ class TorchBackend : public Backend {
     return r;
   }
 
+  HalfCheck half_check(double headroom) override {
+    HalfCheck h;
+    if (!watch_on_) return h;
+    h.ran = true;
+    h.dtype = dtype_name(cfg_.precision.dtype);
+    h.peak = watched_.peak;
+    h.peak_op = watched_.peak_op;
+    h.nonfinite_op = watched_.nonfinite_op;
+    if (!watched_.nonfinite_op.empty()) {
+      LocalizeRequest req;
+      req.nonfinite = true;
+      req.batch = batch_size_;
+      std::optional<Localization> l = localize_half(req);
+      if (l && l->fp32_max) {
+        h.overflow = std::move(l);
+        h.nonfinite_op.clear();
+      }
+    }
+    // Placed only when it grew by a hundredth of the range past the last one placed: a few
+    // instrumented forwards per scan, not one per batch.
+    if (cfg_.precision.dtype == Precision::Fp16 && h.peak >= headroom * kHalfMax && h.peak > peak_placed_ + kHalfMax / 100 &&
+        peaks_placed_ < kPeaksPlaced) {
+      LocalizeRequest req;
+      req.peak = true;
+      req.batch = batch_size_;
+      h.peak_site = localize_half(req);
+      if (h.peak_site) {
+        peak_placed_ = h.peak;
+        ++peaks_placed_;
+      }
+    }
+    return h;
+  }
+
   void reset_model() override {
     model_->reset();
     for (auto& [name, capture] : captures_) capture->reset();
@@ -441,6 +493,44 @@ class TorchBackend : public Backend {
   }
 
  private:
+  // How the scan's precision runs: torch.autocast entered around forward and the loss (unless
+  // the graph holds its own casts), every op's half output watched. Refused where this
+  // LibTorch's autocast lacks the dtype on the device.
+  void set_up_precision() {
+    const Precision p = cfg_.precision.dtype;
+    if (p == Precision::Fp32 || cfg_.model.format == ModelFormat::Eager) return;
+    half_.device = device_.type();
+    half_.dtype = p == Precision::Fp16 ? at::kHalf : at::kBFloat16;
+    half_.recorded = cfg_.precision.recorded;
+    if (!half_.recorded && !compat::autocast_supports(device_.type(), half_.dtype)) {
+      const bool flag = cfg_.precision.from == "--precision";
+      throw InputError(flag ? "" : cfg_.file, flag ? "--precision" : "precision",
+                       std::string("fp16 autocast on the CPU needs LibTorch 2.1 or later; this batchcheck links LibTorch ") +
+                           TORCH_VERSION + ": scan in bf16 here, or on a GPU (--device cuda)");
+    }
+    autocast_ = !half_.recorded;
+    watch_on_ = true;
+  }
+
+  // binary_cross_entropy is refused under CUDA's autocast (bce-autocast-unsafe says so): the
+  // loss runs in float32 as the fix would run it, so the scan goes on to the other checks.
+  bool loss_autocast(const LossConfig& loss) const { return autocast_ && loss.type != LossType::Bce; }
+
+  std::optional<Localization> localize_half(const LocalizeRequest& req) {
+    ModelRunner& model = active();
+    const std::vector<at::Tensor> kept = model.save_buffers();
+    std::optional<Localization> l;
+    try {
+      l = model.localize_half(forward_args(), req, half_);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception&) {  // placing the op is a bonus
+      l.reset();
+    }
+    model.restore_buffers(kept);
+    return l;
+  }
+
   // What re-runs the current batch (a failed forward's search): the model, or on a lost CUDA
   // device its copy on the CPU; none where forward ran in the user's process.
   ModelRunner* rerun_model(bool cpu) {
@@ -551,6 +641,12 @@ class TorchBackend : public Backend {
 
   const Config& cfg_;
   BackendOptions opt_;
+  static constexpr unsigned kPeaksPlaced = 8;
+  HalfRun half_;
+  bool autocast_ = false, watch_on_ = false;
+  HalfWatchResult watched_;  // the last forward's
+  double peak_placed_ = 0;
+  unsigned peaks_placed_ = 0;
   bool context_lost_ = false;  // simulate_device_asserts: a device-side assert happened
   int paced_steps_ = 0;
   std::chrono::steady_clock::time_point pace_start_;

@@ -234,6 +234,15 @@ Config prepare_scan_config(const ScanCommand& cmd) {
     if (cfg.model.format == ModelFormat::Pt2 && *cmd.mode == Mode::Train) throw InputError("", "--mode train", kPt2NoTrain);
     cfg.model.mode = *cmd.mode;
   }
+  if (cmd.precision) {
+    if (cfg.model.format == ModelFormat::Pt2 && *cmd.precision != Precision::Fp32) {
+      throw InputError("", "--precision " + std::string(to_string(*cmd.precision)), kPt2NoPrecision);
+    }
+    cfg.precision.dtype = *cmd.precision;
+    cfg.precision.recorded = false;  // the flag asks the engine to run it so
+    cfg.precision.from = "--precision";
+  }
+  if (cmd.half_headroom) cfg.checks.half_headroom = *cmd.half_headroom;
   if (cmd.max_batches) cfg.checks.max_batches = *cmd.max_batches;
   if (cmd.no_backward) cfg.checks.backward = false;
 

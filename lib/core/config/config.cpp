@@ -347,7 +347,7 @@ void check_aux_outputs(const JsonObject& top, const Config& cfg) {
 }
 
 void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& model) {
-  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward", "root_cause"});
+  c.reject_unknown({"output_range", "target_range", "probe_batch_sizes", "max_batches", "backward", "root_cause", "half_headroom"});
   out.output_range = parse_range(c, "output_range");
   out.target_range = parse_range(c, "target_range");
   // Each probe is a forward on a fresh model: a list this long is a mistake, not a plan.
@@ -360,6 +360,12 @@ void parse_checks(const JsonObject& c, ChecksConfig& out, const ModelConfig& mod
   out.max_batches = c.uint("max_batches").value_or(0);
   out.backward = c.boolean("backward");
   out.root_cause = c.boolean("root_cause").value_or(true);
+  if (const json* h = c.find("half_headroom")) {
+    if (!h->is_number() || !(h->get<double>() > 0.0 && h->get<double>() <= 1.0)) {  // NaN fails too
+      c.fail("half_headroom", "expected a share of float16's range (65,504) above 0 and at most 1, e.g. 0.5");
+    }
+    out.half_headroom = h->get<double>();
+  }
   if (model.format == ModelFormat::Pt2 && out.backward.value_or(false)) {
     c.fail("backward", "a .pt2 program (AOTInductor) has no autograd: backward runs only with a TorchScript archive");
   }
@@ -383,6 +389,31 @@ const char* to_string(SamplerKind k) {
     case SamplerKind::Distributed: return "distributed";
   }
   return "sequential";
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::Fp16: return "fp16";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp32: break;
+  }
+  return "fp32";
+}
+
+const char* dtype_name(Precision p) {
+  switch (p) {
+    case Precision::Fp16: return "float16";
+    case Precision::Bf16: return "bfloat16";
+    case Precision::Fp32: break;
+  }
+  return "float32";
+}
+
+std::optional<Precision> parse_precision(const std::string& s) {
+  if (s == "fp32" || s == "32") return Precision::Fp32;
+  if (s == "fp16" || s == "16") return Precision::Fp16;
+  if (s == "bf16") return Precision::Bf16;
+  return std::nullopt;
 }
 
 const char* to_string(Mode m) { return m == Mode::Train ? "train" : "eval"; }
@@ -463,9 +494,36 @@ bool valid_device(const std::string& device) {
 
 namespace {
 
+// "precision": "fp16", or {"dtype": "fp16", "casts": "recorded"} where the model's graph holds
+// its casts (batchcheck.scan() of a step that enters torch.autocast writes it).
+void parse_precision_key(const JsonObject& top, Config& cfg) {
+  const json* p = top.find("precision");
+  if (!p) return;
+  std::string name;
+  if (p->is_object()) {
+    JsonObject o = top.object("precision");
+    o.reject_unknown({"dtype", "casts"});
+    name = o.string("dtype").value_or("");
+    if (name.empty()) o.fail("dtype", "expected fp32, fp16 or bf16");
+    if (auto casts = o.string("casts")) {
+      if (*casts != "autocast" && *casts != "recorded") {
+        o.fail("casts", "expected \"autocast\" (the engine enters torch.autocast) or \"recorded\" (the model's graph holds its casts)");
+      }
+      cfg.precision.recorded = *casts == "recorded";
+    }
+  } else {
+    name = top.string("precision").value_or("");
+  }
+  const std::optional<Precision> d = parse_precision(name);
+  if (!d) top.fail("precision", "unknown precision \"" + name + "\" (expected fp32, fp16 or bf16)");
+  cfg.precision.dtype = *d;
+  cfg.precision.from = "the config's precision";
+  if (cfg.model.format == ModelFormat::Pt2 && *d != Precision::Fp32) top.fail("precision", std::string(kPt2NoPrecision));
+}
+
 Config config_from_json(const std::string& display_path, const json& root, const std::string& base_dir) {
   JsonObject top(display_path, "", root);
-  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync", "source"});
+  top.reject_unknown({"model", "data", "loader", "loss", "checks", "device", "sync", "source", "precision"});
 
   Config cfg;
   cfg.file = display_path;
@@ -488,6 +546,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
     cfg.device = *device;
   }
   cfg.sync = top.boolean("sync").value_or(true);
+  parse_precision_key(top, cfg);
   apply_loss_target(top, cfg);
   check_aux_outputs(top, cfg);
   check_fields(top, cfg);

@@ -54,6 +54,10 @@ const char* to_string(Mode m);
 inline constexpr const char* kPt2NoTrain =
     "a .pt2 program runs as it was exported, without a train mode (BatchNorm and Dropout stay as they were at export): "
     "remove \"mode\", or scan the TorchScript archive of the model for train-mode checks";
+// Why a .pt2 model cannot be scanned in another precision (config "precision" and --precision).
+inline constexpr const char* kPt2NoPrecision =
+    "a .pt2 program runs in the precision it was compiled in (AOTInductor fixes each kernel's dtype): remove "
+    "\"precision\", or scan the TorchScript archive of the model in fp16 or bf16";
 const char* to_string(LossType t);
 const char* to_string(Activation a);
 const char* to_string(TargetFormat f);
@@ -224,6 +228,26 @@ struct ChecksConfig {
   // Re-run the first batches of each NaN/range finding instrumented to say where the bad
   // value came from (root_cause). On by default: it costs nothing on a clean setup.
   bool root_cause = true;
+  // half-headroom: the share of float16's largest value (65,504) an op's output may reach
+  // before the scan warns; a half-precision scan only.
+  double half_headroom = 0.5;
+};
+
+// The precision forward and the loss run in: as saved (fp32), or under torch.autocast with
+// float16 or bfloat16 and PyTorch's own op lists, as mixed-precision training runs them.
+enum class Precision { Fp32, Fp16, Bf16 };
+const char* to_string(Precision p);        // "fp32", "fp16", "bf16"
+const char* dtype_name(Precision p);       // "float32", "float16", "bfloat16"
+std::optional<Precision> parse_precision(const std::string& s);
+// float16's largest finite value.
+constexpr double kHalfMax = 65504.0;
+
+struct PrecisionConfig {
+  Precision dtype = Precision::Fp32;
+  // The model's graph holds its own casts (a step traced under its torch.autocast): the
+  // engine enters no autocast, it watches the half-precision values only.
+  bool recorded = false;
+  std::string from;  // where it was asked, for the report's note: "--precision", "the config's precision"
 };
 
 struct Config {
@@ -239,6 +263,7 @@ struct Config {
   ChecksConfig checks;
   std::string device = "cpu";
   bool sync = true;
+  PrecisionConfig precision;
 };
 
 // Throws InputError naming the file, the key path and what is wrong.

@@ -248,7 +248,25 @@ void attach_fixes(Finding& f, const FixContext& c) {
     if (tail) tail_fixes(f, g);
   };
 
-  if (id == "batchnorm-single-value") {
+  if (id == "half-overflow" || id == "half-headroom") {
+    const std::string module = f.evidence.contains("op") ? f.evidence["op"].value("module", "") : "";
+    f.fixes.push_back({"use-bf16", "train in bfloat16 where the hardware has it (Ampere GPUs and later, recent CPUs): float32's range",
+                       "with torch.autocast(device_type, dtype=torch.bfloat16):  # no GradScaler needed",
+                       "8 bits of mantissa instead of 10: check the accuracy you reach", {}});
+    f.fixes.push_back({"fp32-module",
+                       "run " + (module.empty() ? std::string("the op's block") : "the module " + python_literal(module)) +
+                           " in float32 inside the autocast region",
+                       "with torch.autocast(device_type, enabled=False): y = block(x.float())",
+                       "that block runs at float32's speed", {}});
+    f.fixes.push_back({"scale-inputs", "keep the values this op sees small: normalize its input, scale attention logits by 1/sqrt(d)",
+                       "x = (x - mean) / std  # or F.layer_norm before the block",
+                       "a GradScaler does not help: it scales the gradients, not forward's values", {}});
+    f.fixes.push_back(reproduce(f, c, true, false));
+  } else if (id == "bce-autocast-unsafe") {
+    f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid): safe under autocast",
+                       "nn.BCEWithLogitsLoss()  # model returns logits",
+                       "numerically stable; apply torch.sigmoid at inference", {}});
+  } else if (id == "batchnorm-single-value") {
     maybe_tail();
     f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
                        "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm2d(num_channels)",

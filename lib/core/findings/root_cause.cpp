@@ -174,6 +174,9 @@ json site_json(const OpSite& s) {
 
 }  // namespace
 
+std::string op_site_text(const OpSite& s) { return where_text(s); }
+nlohmann::ordered_json op_site_json(const OpSite& s) { return site_json(s); }
+
 std::string root_cause_summary(const Localization& l, const std::vector<int64_t>& indices) {
   std::string what;
   if (l.kind == "range") {

@@ -19,6 +19,7 @@ struct LocalizeRequest {
   bool nonfinite = false;               // the first NaN/Inf
   std::optional<double> lo, hi;         // the prediction's band: the op that took it out
   bool halve = false;                   // also the smallest set of rows that still fails
+  bool peak = false;                    // the op whose float16/bfloat16 output held the largest |value|
   uint64_t batch = 0;                   // the batch's samples (rows of its tensors)
 };
 
@@ -64,6 +65,11 @@ struct Localization {
   std::vector<uint64_t> rows;
   bool batch_dependent = false;
   uint64_t forwards = 0;  // forwards the localization ran (instrumented + halving)
+  // Half precision: the dtype of the op's output ("float16"), the largest |value| the same op
+  // made on the same batch in float32 (unset: not finite there either), and for a peak
+  // request the largest |value| it made in half precision.
+  std::string dtype;
+  std::optional<double> fp32_max, peak;
 };
 
 // Finds a smallest set of rows of a failing batch of `n` that still fails: halves while a
@@ -78,6 +84,10 @@ struct Halving {
 };
 Halving halve_failing_rows(uint64_t n, const std::function<bool(const std::vector<uint64_t>&)>& fails,
                            uint64_t max_forwards = 48);
+
+// "aten::linear at model.py:12 in head.fc", and the JSON of a site ({"op", "module", "file", "line"}).
+std::string op_site_text(const OpSite& s);
+nlohmann::ordered_json op_site_json(const OpSite& s);
 
 // The report's `root_cause` ({"kind": "op", "summary": ..., ...}); null when nothing was
 // localized. `indices`: the batch's dataset indices (rows → samples).

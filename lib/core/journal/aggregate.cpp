@@ -36,7 +36,12 @@ namespace {
 bool other_cause(const RecordEvent& r, const Finding& f) {
   auto differs = [&](const char* key) { return r.evidence.contains(key) && f.evidence.contains(key) && r.evidence[key] != f.evidence[key]; };
   // The same error with other indices (another token id past the table) is told too.
-  return differs("error") || differs("index_fault");
+  return differs("error") || differs("index_fault") || differs("peak");
+}
+
+// half-headroom is about the largest value of the scan: the batch that holds it leads the finding.
+bool leads(const RecordEvent& r, const Finding& f) {
+  return r.id == "half-headroom" && r.evidence.value("peak", 0.0) > f.evidence.value("peak", 0.0);
 }
 
 }  // namespace
@@ -259,6 +264,17 @@ void Aggregator::commit(const RecordEvent& r) {
     f->cuda_equivalent = r.cuda;
   } else {
     f = &findings_[it->second];
+    if (leads(r, *f)) {
+      f->batch = at.batch;
+      f->message = r.message;
+      f->evidence = r.evidence;
+      f->evidence["batch_size"] = at.size;
+      f->samples.clear();
+      for (int64_t idx : r.samples) {
+        if (f->samples.size() < kSampleCap) f->samples.push_back(idx);
+      }
+      first_batch_[it->second] = r.batch_indices;
+    }
   }
   // A finding is per (id, rank, probe size): a new occurrence is a new batch (a probe has one).
   const bool new_batch = f->occurrences_total == 0 || (at.batch && f->batches.back() != *at.batch);

@@ -233,6 +233,20 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                     "batchcheck used seed 0. Pass generator=torch.Generator().manual_seed(S) and set loader.seed to S.");
   }
   if (!start_.device_note.empty()) notes.push_back(start_.device_note);
+  if (cfg_.precision.dtype != Precision::Fp32) {
+    const std::string dtype = dtype_name(cfg_.precision.dtype);
+    const std::string device = start_.device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+    std::string n = "precision: " + dtype + (cfg_.precision.recorded
+                                                   ? ", as the casts of your step's torch.autocast run it (recorded in its capture)"
+                                                   : " under torch.autocast(\"" + device + "\", dtype=torch." + dtype +
+                                                         ") around forward and the loss, with PyTorch's own op lists");
+    if (!cfg_.precision.from.empty()) n += ", from " + cfg_.precision.from;
+    n += "; every op's " + dtype + " output was watched for overflow";
+    if (cfg_.precision.dtype == Precision::Fp16) {
+      n += " and against " + std::to_string(static_cast<int>(cfg_.checks.half_headroom * 100)) + "% of 65,504 (half-headroom)";
+    }
+    notes.push_back(n);
+  }
   for (const auto& n : extra_notes_) notes.push_back(n);
   if (cfg_.loss.type == LossType::Step && cfg_.model.format == ModelFormat::Eager) {
     notes.push_back("loss.type \"step\", run eagerly: no capture of your step could be made (it raised on each batch "

@@ -97,6 +97,7 @@ json command_json(const ScanCommand& c) {
   return {{"config_path", c.config_path}, {"output_path", opt(c.output_path)}, {"fail_on", static_cast<int>(c.fail_on)},
           {"device", opt(c.device)},
           {"mode", c.mode ? json(static_cast<int>(*c.mode)) : json()},
+          {"precision", c.precision ? json(to_string(*c.precision)) : json()}, {"half_headroom", opt(c.half_headroom)},
           {"edges", c.edges}, {"no_backward", c.no_backward}, {"max_batches", opt(c.max_batches)},
           {"rank", opt(c.rank)}, {"threads", opt(c.threads)}, {"batch_timeout", opt(c.batch_timeout)},
           {"fail_fast", c.fail_fast},
@@ -110,6 +111,8 @@ ScanCommand command_of(const json& j) {
   c.fail_on = static_cast<FailOn>(j.at("fail_on").get<int>());
   c.device = opt_of<std::string>(j.at("device"));
   if (!j.at("mode").is_null()) c.mode = static_cast<Mode>(j.at("mode").get<int>());
+  if (const json& p = j.at("precision"); !p.is_null()) c.precision = parse_precision(p.get<std::string>());
+  c.half_headroom = opt_of<double>(j.at("half_headroom"));
   c.edges = j.at("edges").get<bool>();
   c.no_backward = j.at("no_backward").get<bool>();
   c.max_batches = opt_of<uint64_t>(j.at("max_batches"));

@@ -136,6 +136,22 @@ struct ForwardResult {
 };
 
 
+// A batch run in half precision (config precision fp16/bf16): what its forward's ops did to
+// the dtype's range, watched on every op; the localizer's answers where they are needed.
+struct HalfCheck {
+  bool ran = false;           // the batch ran in half precision
+  std::string dtype;          // "float16", "bfloat16"
+  double peak = 0;            // the largest finite |value| an op's half output held
+  std::string peak_op;        // the op that held it ("aten::linear")
+  // The first op whose half output went non-finite where the same op's float32 value is
+  // finite: the overflow, placed (module, line, rows) and measured (fp32_max).
+  std::optional<Localization> overflow;
+  std::string nonfinite_op;   // an op's half output went non-finite, but it is no overflow (or not placed)
+  // The op whose half output held the peak, placed, when the peak reached the headroom share
+  // and grew past the last one placed.
+  std::optional<Localization> peak_site;
+};
+
 // A shape a trace froze into its graph (the example batch's), which the failing op was given:
 // the traced model fails on other sizes where the eager model it came from runs.
 struct FrozenShape {
@@ -224,6 +240,9 @@ class Backend {
   // afterwards (no optimizer step: the parameters never change). Only called when the
   // backend was built with backward on.
   virtual BackwardResult backward() { return {}; }
+  // After a forward that ran in half precision: what it did to the range (HalfCheck);
+  // `headroom`: the share of float16's range whose op is placed. Not run: ran = false.
+  virtual HalfCheck half_check(double /*headroom*/) { return {}; }
   // Restores the model exactly as loaded from its file (running statistics included), so
   // probes do not see state left by earlier batches.
   virtual void reset_model() {}

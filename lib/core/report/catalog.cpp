@@ -104,6 +104,23 @@ const std::vector<FindingInfo> kCatalog = {
      "ValueError: Target size must be the same as input size; RuntimeError: only batches of spatial targets supported",
      "(N, 1) predictions against (N,) targets, (N, 1, H, W) masks for cross_entropy",
      "reshape-target"},
+    {"half-overflow", Severity::Error, "forward",
+     "in half precision (--precision fp16, or your step's torch.autocast) an op's output overflowed: the same op's value "
+     "is finite in float32 but past float16's 65,504",
+     "no error: the loss turns NaN/inf; with a GradScaler every step is skipped and the scale collapses",
+     "attention logits or a linear layer on a large-norm input, a sum over a long sequence, an exp",
+     "use-bf16, fp32-module, scale-inputs"},
+    {"half-headroom", Severity::Warning, "forward",
+     "in an fp16 scan an op's largest value reached checks.half_headroom (default 50%) of float16's 65,504: the "
+     "overflow of a later epoch",
+     "",
+     "activations that grow with the input's scale or as the weights train",
+     "use-bf16, fp32-module, scale-inputs"},
+    {"bce-autocast-unsafe", Severity::Error, "loss",
+     "BCELoss (binary_cross_entropy) under torch.autocast: PyTorch refuses it on CUDA",
+     "RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.",
+     "a sigmoid then BCELoss, trained with AMP",
+     "bce-with-logits"},
     {"output-nonfinite", Severity::Error, "output",
      "NaN or Inf in the predictions (or in an extra output of loss.aux)",
      "BCELoss: RuntimeError: all elements of input should be between 0 and 1; CUDA: Assertion `input_val >= zero && "

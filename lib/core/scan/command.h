@@ -28,6 +28,8 @@ struct ScanCommand {
   FailOn fail_on = FailOn::Error;
   std::optional<std::string> device;
   std::optional<Mode> mode;
+  std::optional<Precision> precision;   // --precision
+  std::optional<double> half_headroom;  // --half-headroom
   bool edges = false;
   bool fail_fast = false;    // --fail-fast: likeliest failures first, stop at the first error
   bool no_backward = false;  // --no-backward

@@ -19,6 +19,7 @@
 #include "core/pipeline/contract.h"
 #include "core/pipeline/forward_stage.h"
 #include "core/pipeline/localize_stage.h"
+#include "core/pipeline/precision_stage.h"
 #include "core/pipeline/loss_stage.h"
 #include "core/pipeline/model_findings.h"
 #include "core/pipeline/post_stage.h"
@@ -220,6 +221,13 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
     return;
   }
   largest_ok_batch_ = std::max(largest_ok_batch_, ctx.size());
+  if (cfg_.precision.dtype != Precision::Fp32) {
+    // Half precision: an op that overflowed comes first, as the NaN it made comes later.
+    apply(ctx, half_findings(backend_.half_check(cfg_.checks.half_headroom), ctx.size(), cfg_.checks.half_headroom));
+    if (ctx.step.batch && *ctx.step.batch == 0 && !ctx.step.probe) {
+      if (auto e = bce_autocast_finding(cfg_, ctx.size())) apply(ctx, {*e});
+    }
+  }
   if (single_value_check(ctx, inputs_bad)) {
     check_batchnorm_stats(ctx);
   }

@@ -107,9 +107,21 @@ struct ForwardLocalizer::Impl {
   jit::Node* pre_node = nullptr;
   std::unordered_map<const jit::Value*, at::Tensor> pre_values;
 
-  explicit Impl(const std::shared_ptr<jit::Graph>& forward) {
+  // Half precision (ForwardLocalizer::ValueKey): executions of each site in this run, the
+  // first non-finite value's place, the peak's, and the value asked for at a place.
+  using Key = ForwardLocalizer::ValueKey;
+  std::vector<uint64_t> visits;
+  std::optional<Key> first_key;
+  uint64_t first_key_seq = 0;
+  std::optional<Key> peak_key;
+  Localization peak_l;
+  std::optional<Key> probe;
+  std::optional<double> probe_value;
+
+  explicit Impl(const std::shared_ptr<jit::Graph>& forward, bool strip_half_casts = false) {
     graph = forward->copy();
     jit::Inline(*graph);
+    if (strip_half_casts) strip_casts(graph->block());
     Site inputs;
     inputs.node = graph->param_node();
     for (jit::Value* v : graph->inputs()) {
@@ -123,6 +135,26 @@ struct ForwardLocalizer::Impl {
     }
     instrument(graph->block());
     code = std::make_unique<jit::Code>(graph, "batchcheck_localize");
+  }
+
+  // aten::to(x, torch.float16) becomes aten::to(x, torch.float32): a constant dtype argument
+  // only, so the ops (and the profiling sites) stay as they are.
+  void strip_casts(jit::Block* block) {
+    for (jit::Node* n : block->nodes()) {
+      for (jit::Block* b : n->blocks()) strip_casts(b);
+      if (n->kind() != c10::aten::to && n->kind() != c10::aten::_to_copy) continue;
+      const c10::FunctionSchema* schema = n->maybeSchema();
+      if (!schema) continue;
+      for (std::size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+        if (schema->arguments()[a].name() != "dtype") continue;
+        std::optional<c10::IValue> c = jit::toIValue(n->input(a));
+        if (!c || !c->isInt()) continue;
+        const auto dtype = static_cast<c10::ScalarType>(c->toInt());
+        if (dtype != at::kHalf && dtype != at::kBFloat16) continue;
+        jit::WithInsertPoint guard(n);
+        n->replaceInput(a, graph->insertConstant(static_cast<int64_t>(at::kFloat)));
+      }
+    }
   }
 
   void add_site(jit::ProfileIValueOp* p, Site site) {
@@ -191,6 +223,8 @@ struct ForwardLocalizer::Impl {
       return;
     }
     bool after_nan = false, after_inf = false;
+    if (visits.size() < sites.size()) visits.resize(sites.size(), 0);
+    const uint64_t visit = visits[k]++;
     for (std::size_t i = 0; i < site.outs.size(); ++i) {
       const c10::IValue& v = stack[base + i];
       if (!v.isTensor() || !usable(v.toTensor())) continue;
@@ -200,7 +234,20 @@ struct ForwardLocalizer::Impl {
       st.impl = t.unsafeGetTensorImpl();
       st.seq = ++seq;
       values[site.outs[i]] = st;
+      const Key key{k, i, visit};
+      if (probe && probe->site == k && probe->out == i && probe->visit == visit && st.finite) {
+        probe_value = std::max(std::fabs(st.min), std::fabs(st.max));
+      }
+      if (req.peak && st.finite && is_half(t) && site.node->kind() != c10::prim::Param &&
+          site.node->kind() != c10::prim::GetAttr) {
+        const double m = std::max(std::fabs(st.min), std::fabs(st.max));
+        if (!peak_l.peak || m > *peak_l.peak) record_peak(site, key, t, m);
+      }
       if (st.finite || !req.nonfinite) continue;
+      if (!first_key) {
+        first_key = key;
+        first_key_seq = st.seq;
+      }
       const bool nan = std::isnan(st.min) || std::isnan(st.max);
       if (nan && !found_nan) {
         found_nan = true;
@@ -221,12 +268,44 @@ struct ForwardLocalizer::Impl {
     stack.resize(base);
   }
 
+  static bool is_half(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
+  // Python's names: "float16", "bfloat16", "float32".
+  static std::string dtype_text(const at::Tensor& t) {
+    switch (t.scalar_type()) {
+      case at::kHalf: return "float16";
+      case at::kBFloat16: return "bfloat16";
+      case at::kFloat: return "float32";
+      case at::kDouble: return "float64";
+      default: return c10::toString(t.scalar_type());
+    }
+  }
+
+  // The rows of a batch-first tensor that hold `pick` (a mask of its elements).
+  void rows_of(const at::Tensor& t, const at::Tensor& pick, std::vector<uint64_t>& rows) const {
+    if (req.batch <= 1 || t.dim() == 0 || static_cast<uint64_t>(t.size(0)) != req.batch) return;
+    at::Tensor r = pick.reshape({t.size(0), -1}).any(1).nonzero().flatten().to(at::kCPU);
+    for (int64_t i = 0; i < r.numel(); ++i) rows.push_back(static_cast<uint64_t>(r[i].item<int64_t>()));
+  }
+
+  void record_peak(const Site& site, const Key& key, const at::Tensor& t, double m) {
+    peak_key = key;
+    peak_l = Localization{};
+    peak_l.origin = "op";
+    peak_l.kind = "peak";
+    peak_l.site = op_site(site.node);
+    peak_l.peak = m;
+    peak_l.dtype = dtype_text(t);
+    const at::Tensor d = t.detach();
+    rows_of(d, d.abs() >= m, peak_l.origin_rows);
+  }
+
   void record_first(Localization& first, const Site& site, std::size_t out, const std::vector<c10::IValue>& stack,
                     std::size_t base) {
     first.seq = seq;
     jit::Node* n = site.node;
     first.kind = "nonfinite";
     const at::Tensor& bad = stack[base + out].toTensor();
+    first.dtype = dtype_text(bad);
     first.output = summarize(bad, "output", std::nullopt, std::nullopt);
     if (req.batch > 1 && bad.dim() > 0 && static_cast<uint64_t>(bad.size(0)) == req.batch) {
       at::Tensor rows = at::logical_not(at::isfinite(bad.detach().reshape({bad.size(0), -1}))).any(1).nonzero().flatten().to(at::kCPU);
@@ -328,13 +407,47 @@ struct ForwardLocalizer::Impl {
   }
 };
 
-ForwardLocalizer::ForwardLocalizer(const std::shared_ptr<jit::Graph>& forward) : impl_(std::make_unique<Impl>(forward)) {}
+ForwardLocalizer::ForwardLocalizer(const std::shared_ptr<jit::Graph>& forward, bool strip_half_casts)
+    : impl_(std::make_unique<Impl>(forward, strip_half_casts)) {}
 ForwardLocalizer::~ForwardLocalizer() = default;
+
+std::optional<std::pair<ForwardLocalizer::ValueKey, Localization>> ForwardLocalizer::first_bad() const {
+  const Impl& m = *impl_;
+  if (!m.first_key) return std::nullopt;
+  const bool nan_first = m.found_nan && (!m.found_inf || m.first_nan.seq <= m.first_inf.seq);
+  const Localization& l = nan_first ? m.first_nan : m.first_inf;
+  if (l.seq != m.first_key_seq || l.origin != "op") return std::nullopt;
+  return std::make_pair(*m.first_key, l);
+}
+
+std::optional<std::pair<ForwardLocalizer::ValueKey, Localization>> ForwardLocalizer::peak() const {
+  const Impl& m = *impl_;
+  if (!m.peak_key) return std::nullopt;
+  return std::make_pair(*m.peak_key, m.peak_l);
+}
+
+std::optional<double> ForwardLocalizer::value_at(std::vector<c10::IValue> stack, const ValueKey& key) {
+  Impl& m = *impl_;
+  m.probe = key;
+  m.probe_value.reset();
+  LocalizeRequest req;
+  try {
+    run(std::move(stack), req);
+  } catch (const std::exception&) {
+    // Raised after the value was read, or before: what was read stands.
+  }
+  m.probe.reset();
+  return m.probe_value;
+}
 
 c10::IValue ForwardLocalizer::run(std::vector<c10::IValue> stack, const LocalizeRequest& req) {
   Impl& m = *impl_;
   m.req = req;
   m.values.clear();
+  m.visits.assign(m.sites.size(), 0);
+  m.first_key.reset();
+  m.peak_key.reset();
+  m.peak_l = Localization{};
   m.seq = 0;
   m.found_nan = m.found_inf = false;
   m.first_nan = m.first_inf = Localization{};

@@ -22,7 +22,10 @@ namespace batchcheck {
 class ForwardLocalizer {
  public:
   // `forward`: the module's forward graph (self first); copied, inlined and instrumented here.
-  explicit ForwardLocalizer(const std::shared_ptr<torch::jit::Graph>& forward);
+  // `strip_half_casts`: a copy whose casts to float16/bfloat16 cast to float32 instead, the
+  // float32 run of a graph that holds its casts (a step traced under its torch.autocast); its
+  // ops line up one to one with the plain copy's, so a ValueKey of either reads the other.
+  explicit ForwardLocalizer(const std::shared_ptr<torch::jit::Graph>& forward, bool strip_half_casts = false);
   ~ForwardLocalizer();
   ForwardLocalizer(const ForwardLocalizer&) = delete;
   ForwardLocalizer& operator=(const ForwardLocalizer&) = delete;
@@ -34,6 +37,21 @@ class ForwardLocalizer {
   // What the last run found; `prediction`: the prediction selected from forward's value
   // (for a range request; undefined otherwise).
   Localization result(const at::Tensor& prediction, const LocalizeRequest& req) const;
+
+  // Half precision. Where a value sits in a run: the instrumented op, which of its outputs,
+  // and which of its executions (a loop's body runs many times).
+  struct ValueKey {
+    std::size_t site = 0, out = 0;
+    uint64_t visit = 0;
+  };
+  // After a nonfinite run: its first non-finite value's op (the NaN's or the Inf's, whichever
+  // came first), with what is known of it; nullopt if none was made by an op. After a peak
+  // run: the op whose half-precision output held the largest finite |value|.
+  std::optional<std::pair<ValueKey, Localization>> first_bad() const;
+  std::optional<std::pair<ValueKey, Localization>> peak() const;
+  // Runs again (a float32 run: autocast off, or a copy with the casts taken out) and returns
+  // the largest |value| of the value at `key`, nullopt if it is not finite or not reached.
+  std::optional<double> value_at(std::vector<c10::IValue> stack, const ValueKey& key);
 
  private:
   struct Impl;

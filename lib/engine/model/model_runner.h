@@ -20,6 +20,14 @@
 
 namespace batchcheck {
 
+// How a batch runs in half precision: torch.autocast entered with `dtype` on `device`, or
+// (`recorded`) the graph's own casts, as a step traced under its torch.autocast holds them.
+struct HalfRun {
+  c10::DeviceType device = c10::DeviceType::CPU;
+  c10::ScalarType dtype = c10::ScalarType::Half;
+  bool recorded = false;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -45,6 +53,14 @@ class ModelRunner {
   // model raises.
   virtual std::optional<Localization> localize(const std::vector<c10::IValue>& /*inputs*/, const LocalizeRequest& /*req*/,
                                                const std::function<at::Tensor(const c10::IValue&)>& /*prediction*/) {
+    return std::nullopt;
+  }
+  // Half precision, through the instrumented copy, autograd off: with req.nonfinite, the op
+  // whose output first went non-finite, and (fp32_max) the largest |value| the same op makes
+  // on a float32 run of the batch; with req.peak, the op whose half output held the largest
+  // |value|. nullopt where the format keeps no graph or no op made it.
+  virtual std::optional<Localization> localize_half(const std::vector<c10::IValue>& /*inputs*/, const LocalizeRequest& /*req*/,
+                                                    const HalfRun& /*run*/) {
     return std::nullopt;
   }
   // loss.type "step": forward with each loss op's arguments checked where it runs

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <mutex>
 
 #include "core/base/errors.h"
 #include "core/base/files.h"
 #include "core/base/text.h"
 #include "core/parse/file_kind.h"
+#include "engine/compat.h"
 #include "engine/cuda_runtime.h"
 #include "engine/localize/argument_check.h"
 #include "engine/localize/localize.h"
@@ -72,6 +74,44 @@ class TorchScriptRunner : public ModelRunner {
     c10::IValue out = localizer_->run(interpreter_stack(method, inputs), req);
     // None: forward raised after its bad value was seen (a loss op given the NaN).
     return localizer_->result(out.isNone() ? at::Tensor() : prediction(out), req);
+  }
+
+  std::optional<Localization> localize_half(const std::vector<c10::IValue>& inputs, const LocalizeRequest& req,
+                                            const HalfRun& run) override {
+    torch::jit::Method method = module_.get_method("forward");
+    const std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(method.function()).graph();
+    if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(graph);
+    at::NoGradGuard no_grad;
+    const std::vector<c10::IValue> stack = interpreter_stack(method, inputs);
+    // Both runs draw the same dropout masks.
+    at::Generator gen = at::globalContext().defaultGenerator(at::Device(run.device));
+    at::Tensor rng;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng = gen.get_state();
+    }
+    {
+      compat::AutocastScope autocast(run.device, run.dtype, !run.recorded);
+      try {
+        localizer_->run(stack, req);
+      } catch (const std::exception&) {  // raised past the value asked about: what was seen stands
+      }
+    }
+    auto found = req.peak ? localizer_->peak() : localizer_->first_bad();
+    if (!found) return std::nullopt;
+    Localization l = found->second;
+    if (req.peak) return l;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+    ForwardLocalizer* fp32 = localizer_.get();  // autocast is off outside the scan's forward
+    if (run.recorded) {
+      if (!fp32_localizer_) fp32_localizer_ = std::make_unique<ForwardLocalizer>(graph, true);
+      fp32 = fp32_localizer_.get();
+    }
+    l.fp32_max = fp32->value_at(stack, found->first);
+    return l;
   }
 
   std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& inputs, uint64_t batch) override {
@@ -335,6 +375,7 @@ class TorchScriptRunner : public ModelRunner {
   std::vector<std::pair<std::string, at::Tensor>> params_;  // qualified name, parameter
   std::vector<std::pair<at::Tensor, at::Tensor>> saved_buffers_;  // buffer, its value in the file
   std::unique_ptr<ForwardLocalizer> localizer_;
+  std::unique_ptr<ForwardLocalizer> fp32_localizer_;  // the graph's half casts taken out (HalfRun::recorded)
   std::unique_ptr<ArgumentCheck> argument_check_;  // built on the first forward error it explains  // built on the first batch to localize
   std::unique_ptr<FrozenBatchNormCheck> frozen_batchnorm_;  // built on the first batch of one
 };

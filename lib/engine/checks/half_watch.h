@@ -1,0 +1,36 @@
+#pragma once
+// A forward in half precision watched op by op, through LibTorch's RecordFunction, so every
+// runner is covered alike (a TorchScript forward, a user's traced step): the largest finite
+// |value| any op's float16/bfloat16 output held, and the first op whose half-precision output
+// went non-finite from finite arguments (an overflow, or a NaN the op made). One reduction per
+// such op, no synchronization of its own on the CPU; where in the model the op sits (module,
+// line, samples) is the localizer's to say, on the batches that need it.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace batchcheck {
+
+struct HalfWatchResult {
+  double peak = 0;            // the largest finite |value| of a half-precision op output
+  std::string peak_op;        // "aten::linear"
+  std::string nonfinite_op;   // the first op whose half output went non-finite from finite arguments; "" if none
+  uint64_t ops = 0;           // outermost ops watched
+};
+
+// Watches the ops this thread runs while it lives; `enabled` false: nothing is watched.
+class HalfWatch {
+ public:
+  explicit HalfWatch(bool enabled);
+  ~HalfWatch();
+  HalfWatch(const HalfWatch&) = delete;
+  HalfWatch& operator=(const HalfWatch&) = delete;
+  HalfWatchResult result() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace batchcheck
