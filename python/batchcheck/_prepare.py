@@ -38,7 +38,7 @@ class _EagerForward:
     scan moves none of their BatchNorm statistics: the prediction of a batch, selected as the
     engine would (output=, "loss"/"logits" of a dict, the first of a tuple)."""
 
-    def __init__(self, model, names, keywords, pick, mode, aux=None):
+    def __init__(self, model, names, keywords, pick, mode, aux=None, precision=None):
         import copy
         self.model = copy.deepcopy(model)
         self.model.train(mode == "train")
@@ -46,17 +46,23 @@ class _EagerForward:
         self.aux = [str(k) for k in (aux or {})]  # loss.aux's keys: the extra outputs sent beside the prediction
         params = list(self.model.parameters())
         self.device = params[0].device if params else torch.device("cpu")
+        # scan(precision=): forward under torch.autocast, as the user's AMP loop runs it.
+        self.autocast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
 
     def outputs(self, fields):
         """(the prediction, {aux key: tensor}) of forward on the batch's fields."""
         given = dict(fields)
         args = [given[n].to(self.device) for n in self.names]
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
+                                             enabled=self.autocast is not None):
             raw = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
         out = _select(raw, self.pick)
         if not isinstance(out, torch.Tensor):
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
-        return out, {key: _aux_output(raw, key) for key in self.aux}
+        aux = {key: _aux_output(raw, key) for key in self.aux}
+        if self.autocast is not None:  # autocast runs the losses in float32: the engine's loss gets what they would
+            out, aux = _float(out), {k: _float(t) for k, t in aux.items()}
+        return out, aux
 
     def serve(self, fields, batch):
         """(the tensors to send or None, what the batch's header adds), `batch`: its number of
@@ -80,6 +86,10 @@ class _EagerForward:
         if checks.faults:
             extra["faults"] = checks.faults
         return out, extra
+
+
+def _float(t):
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _aux_output(raw, key):

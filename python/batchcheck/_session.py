@@ -116,6 +116,8 @@ class Session:
                 self.config["loader"]["order_rank"] = share
         if o.aux:
             self.config["loss"]["aux"] = {str(k): float(w) for k, w in o.aux.items()}
+        if o.precision is not None:
+            self.config["precision"] = {"dtype": o.precision, "source": "scan(precision=%r)" % o.precision}
         self.model_path = os.path.join(self.server.dir, "model.pt")
         self.report_path = os.path.join(self.server.dir, "report.json")
         self.cmd_tail = ["-o", self.report_path] + (["--fail-on", o.fail_on] if o.fail_on else []) + \
@@ -171,6 +173,7 @@ class Session:
         self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
         self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet)
+        self.launched = cfg
 
     def relaunch(self, cfg):
         if self.engine is not None:
@@ -230,6 +233,7 @@ class Session:
             try:
                 scripted = captures.first(candidates, self.model_path)
                 server.captures = captures
+                self._step_precision(captures)
             except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
                 warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
                               "it can be made; it runs eagerly in this process, its loss ops' and index ops' arguments "
@@ -272,11 +276,23 @@ class Session:
             self.arrays.close()  # the stream names each batch's capture, or its error
             self.arrays = None
         if scripted is None:
-            server.forward = _EagerForward(model, call, keywords, pick, o.mode, o.aux)
+            server.forward = _EagerForward(model, call, keywords, pick, o.mode, o.aux, o.precision)
         else:
             server.libraries = _export._operator_libraries(scripted)
             if self.engine is None:
                 self.launch(self.engine_config(False, names, target_key, self.output))
+
+    def _step_precision(self, captures):
+        """A step that enters torch.autocast holds its casts in its capture: the engine runs them as
+        they are (no autocast of its own around them) and watches the half values."""
+        halves = {dtype: device for device, dtype in captures.autocast if dtype in (torch.float16, torch.bfloat16)}
+        if not halves:
+            return
+        dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
+        self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
+                                    "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+        if self.engine is not None:
+            self.relaunch(dict(self.launched, precision=self.config["precision"]))
 
     def _one_capture_serves_all(self, captures):
         """Whether the first capture is proven at every batch shape of a TensorDataset's epoch (its

@@ -54,6 +54,27 @@ def _rng_snapshot(loader):
     return restore
 
 
+_PRECISIONS = {"fp32": "fp32", "32": "fp32", "fp16": "fp16", "16": "fp16", "bf16": "bf16",
+               torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _precision(precision):
+    """scan()'s precision= as the engine's name, None where not asked."""
+    if precision is None:
+        return None
+    try:
+        return _PRECISIONS[precision]
+    except (KeyError, TypeError):
+        raise ValueError("batchcheck.scan: precision=%r: expected \"fp32\", \"fp16\" or \"bf16\" (or torch.float16, "
+                         "torch.bfloat16)" % (precision,)) from None
+
+
+def lightning_precision(precision):
+    """A Lightning Trainer's precision as scan()'s: "16-mixed" -> "fp16", "bf16-mixed" -> "bf16";
+    None for float32 and for weights already in half precision ("16-true": the model is as it trains)."""
+    return {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}.get(precision)
+
+
 def _refuse(loader, mode, aux, eager, loss, step):
     if not isinstance(loader, DataLoader):
         raise TypeError("batchcheck.scan: pass your torch.utils.data.DataLoader, got %s" % type(loader).__name__)
@@ -84,7 +105,7 @@ def _epoch_order(loader):
 
 
 def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=None, fail_on=None, device=None,
-         input_key="inputs", target_key=None, eager=None, args=(), quiet=False):
+         input_key="inputs", target_key=None, eager=None, args=(), quiet=False, precision=None):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
     its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
@@ -101,8 +122,13 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     (post-processing, several loss terms, labels made in the step): traced with the model and run
     in the engine, every loss op inside checked where it runs (BCE's ranges, class indices, an
     embedding's ids), a NaN traced to the op that made it. loss= may also be any callable
-    (prediction, target) -> loss: it runs as such a step."""
+    (prediction, target) -> loss: it runs as such a step.
+    precision: None or "fp32" (default: float32, or what your step's own torch.autocast casts),
+    "fp16" or "bf16" (torch.float16/torch.bfloat16 too): forward and the loss run under
+    torch.autocast with that dtype, as mixed-precision training runs them; an op whose output
+    passes float16's 65,504 is half-overflow, one at half of it half-headroom."""
     _refuse(loader, mode, aux, eager, loss, step)
+    precision = _precision(precision)
     if step is None and loss is not None and not isinstance(loss, str) and callable(loss) and not _export.known_loss(loss):
         step, loss = _loss_step(loss, output, target_key or "targets"), None  # any callable (prediction, target) -> loss
     if step is not None and device is None:  # the step is traced where the model is: device constants follow it
@@ -111,7 +137,8 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     order, sequential = _epoch_order(loader)
     restore = _rng_snapshot(loader)
     options = SimpleNamespace(loss=loss, step=step, mode=mode, output=output, aux=aux, fail_on=fail_on, device=device,
-                              input_key=input_key, target_key=target_key, eager=eager, args=args, quiet=quiet)
+                              input_key=input_key, target_key=target_key, eager=eager, args=args, quiet=quiet,
+                              precision=precision)
     session = None
     try:
         session = Session(model, loader, order, sequential, options)

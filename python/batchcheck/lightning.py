@@ -10,7 +10,7 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl
 
-from batchcheck.api import gate
+from batchcheck.api import gate, lightning_precision
 
 __all__ = ["BatchCheck"]
 
@@ -33,7 +33,8 @@ def _train_loader(trainer, module):
 class BatchCheck(pl.Callback):
     """loss: the loss your training_step applies to the model's output (a torch.nn loss module),
     None for the model only, or "model". model: the nn.Module to scan (default: the
-    LightningModule's forward). Other keyword arguments go to batchcheck.scan()."""
+    LightningModule's forward). Other keyword arguments go to batchcheck.scan(); precision= is the
+    trainer's ("16-mixed" scans in fp16, "bf16-mixed" in bf16) unless given."""
 
     def __init__(self, loss=None, model=None, **options):
         super().__init__()
@@ -45,4 +46,7 @@ class BatchCheck(pl.Callback):
     def on_fit_start(self, trainer, pl_module):
         loader = _train_loader(trainer, pl_module)
         model = self.model if self.model is not None else pl_module
-        self.report = gate(model, loader, self.loss, **self.options)
+        options = dict(self.options)
+        if "precision" not in options:
+            options["precision"] = lightning_precision(getattr(trainer, "precision", None))
+        self.report = gate(model, loader, self.loss, **options)

@@ -502,7 +502,7 @@ void parse_precision_key(const JsonObject& top, Config& cfg) {
   std::string name;
   if (p->is_object()) {
     JsonObject o = top.object("precision");
-    o.reject_unknown({"dtype", "casts"});
+    o.reject_unknown({"dtype", "casts", "source"});
     name = o.string("dtype").value_or("");
     if (name.empty()) o.fail("dtype", "expected fp32, fp16 or bf16");
     if (auto casts = o.string("casts")) {
@@ -518,6 +518,13 @@ void parse_precision_key(const JsonObject& top, Config& cfg) {
   if (!d) top.fail("precision", "unknown precision \"" + name + "\" (expected fp32, fp16 or bf16)");
   cfg.precision.dtype = *d;
   cfg.precision.from = "the config's precision";
+  if (p->is_object()) {
+    // Where batchcheck.scan() was asked (scan(precision="fp16"), the step's own autocast).
+    if (auto source = top.object("precision").string("source")) {
+      if (source->empty() || source->size() > 200) top.object("precision").fail("source", "expected a description of 1 to 200 characters");
+      cfg.precision.from = single_line(*source);
+    }
+  }
   if (cfg.model.format == ModelFormat::Pt2 && *d != Precision::Fp32) top.fail("precision", std::string(kPt2NoPrecision));
 }
 

@@ -241,8 +241,13 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                                                    : " under torch.autocast(\"" + device + "\", dtype=torch." + dtype +
                                                          ") around forward and the loss, with PyTorch's own op lists");
     if (!cfg_.precision.from.empty()) n += ", from " + cfg_.precision.from;
-    n += "; every op's " + dtype + " output was watched for overflow";
-    if (cfg_.precision.dtype == Precision::Fp16) {
+    if (cfg_.model.format == ModelFormat::Eager) {
+      n += "; forward ran under it in your process, where its ops are not watched: an overflow there shows as the NaN "
+           "it makes (output-nonfinite)";
+    } else {
+      n += "; every op's " + dtype + " output was watched for overflow";
+    }
+    if (cfg_.precision.dtype == Precision::Fp16 && cfg_.model.format != ModelFormat::Eager) {
       n += " and against " + std::to_string(static_cast<int>(cfg_.checks.half_headroom * 100)) + "% of 65,504 (half-headroom)";
     }
     notes.push_back(n);

@@ -1,0 +1,213 @@
+"""Precision as trained: the scan in fp16 and bf16 against the user's own AMP loop on the CPU
+(torch.autocast around forward and the loss, a GradScaler and an optimizer step as the user has
+them). Each overflowing model is found at the batch where the real loop's loss first goes
+non-finite, at its sample and op; the same models pass in bf16; clean models pass both; a model
+at 60% of float16's range gets the headroom warning.
+
+Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
+"""
+import unittest
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import batchcheck
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def amp_loop(model, loader, loss_fn, precision):
+    """The user's AMP epoch on the CPU: the first batch whose loss is not finite, or None."""
+    import copy
+    model = copy.deepcopy(model).train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
+    for k, (x, y) in enumerate(loader):
+        with torch.autocast("cpu", dtype=DTYPES[precision]):
+            loss = loss_fn(model(x), y)
+        if not torch.isfinite(loss).all():
+            return k
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+    return None
+
+
+class Attention(nn.Module):
+    """Self-attention without the 1/sqrt(d) scale: a large-norm input's logits pass 65,504."""
+
+    def __init__(self, d=32, classes=4):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):  # [B, T, d]
+        logits = self.q(x) @ self.k(x).transpose(1, 2)
+        h = torch.softmax(logits, dim=-1) @ self.v(x)
+        return self.head(h.mean(1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, d=16, classes=4, hidden=64):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class SequenceSum(nn.Module):
+    """A sum over a long sequence in half precision: one sample's positive activations add past 65,504."""
+
+    def __init__(self, d=8, classes=4):
+        super().__init__()
+        self.proj, self.head = nn.Linear(d, d), nn.Linear(d, classes)
+
+    def forward(self, x):  # [B, T, d]
+        return self.head(torch.relu(self.proj(x)).sum(1) / 4096.0)
+
+
+class SmallTransformer(nn.Module):
+    def __init__(self, d=32, classes=4):
+        super().__init__()
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, batch_first=True), 2)
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.head(self.norm(self.enc(x)).mean(1))
+
+
+def loader_of(x, y, batch_size):
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def attention_case():
+    torch.manual_seed(0)
+    x = torch.randn(48, 8, 32)
+    x[29] *= 300.0  # batch 3 of 8 per batch: sample 29
+    return Attention(), loader_of(x, torch.randint(0, 4, (48,)), 8), 29
+
+
+def linear_case():
+    torch.manual_seed(0)
+    x = torch.randn(96, 64) * 100.0  # raw, unnormalized features
+    x[70] *= 1000.0  # batch 4 of 16
+    return Mlp(d=64), loader_of(x, torch.randint(0, 4, (96,)), 16), 70
+
+
+def sequence_case():
+    torch.manual_seed(0)
+    x = torch.randn(12, 4096, 8) * 0.1
+    x[9] += 100.0  # batch 2 of 4: every step of its sequence adds
+    return SequenceSum(), loader_of(x, torch.randint(0, 4, (12,)), 4), 9
+
+
+def findings(report, fid):
+    return [f for f in report.findings if f.id == fid]
+
+
+class TestOverflowAgainstTheAmpLoop(unittest.TestCase):
+    def check(self, case, op):
+        model, loader, sample = case()
+        ce = nn.CrossEntropyLoss()
+        expected = amp_loop(model, loader, ce, "fp16")
+        self.assertIsNotNone(expected, "the real fp16 loop must fail for this case to mean anything")
+        self.assertIsNone(amp_loop(model, loader, ce, "bf16"))
+        report = batchcheck.scan(model, loader, ce, precision="fp16", quiet=True)
+        over = findings(report, "half-overflow")
+        self.assertTrue(over, report.text)
+        f = over[0]
+        self.assertEqual(f.batch, expected, report.text)
+        self.assertEqual(f.samples, [sample], report.text)
+        self.assertEqual(f.data["evidence"]["op"]["op"], op, report.text)
+        self.assertGreater(f.data["evidence"]["fp32_max"], 65504)
+        self.assertIn("GradScaler does not help", f.message)
+        self.assertEqual([x["id"] for x in f.fixes][:3], ["use-bf16", "fp32-module", "scale-inputs"])
+        self.assertFalse(report.ok)
+        self.assertTrue(any("torch.autocast" in n and "float16" in n for n in report.data["notes"]), report.data["notes"])
+        bf16 = batchcheck.scan(model, loader, ce, precision="bf16", quiet=True)
+        self.assertFalse(findings(bf16, "half-overflow"), bf16.text)
+        self.assertTrue(bf16.ok, bf16.text)
+        fp32 = batchcheck.scan(model, loader, ce, quiet=True)
+        self.assertTrue(fp32.ok, fp32.text)
+        self.assertFalse(any("precision: float16" in n for n in fp32.data["notes"]))
+
+    def test_attention_logits_past_the_range_for_one_large_norm_sample(self):
+        self.check(attention_case, "aten::matmul")
+
+    def test_a_linear_layer_on_one_sample_scaled_by_1000(self):
+        self.check(linear_case, "aten::linear")
+
+    def test_a_sum_over_a_long_sequence(self):
+        self.check(sequence_case, "aten::sum")
+
+
+class TestCleanSetupsPass(unittest.TestCase):
+    def test_resnet18_and_a_small_transformer_pass_fp16_and_bf16(self):
+        import torchvision
+        torch.manual_seed(0)
+        cases = [(torchvision.models.resnet18(num_classes=10), loader_of(torch.randn(20, 3, 32, 32), torch.randint(0, 10, (20,)), 8)),
+                 (SmallTransformer(), loader_of(torch.randn(40, 16, 32), torch.randint(0, 4, (40,)), 16))]
+        for model, loader in cases:
+            for precision in ("fp16", "bf16"):
+                self.assertIsNone(amp_loop(model, loader, nn.CrossEntropyLoss(), precision))
+                report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision=precision, quiet=True)
+                self.assertEqual([f.id for f in report.findings if f.severity in ("error", "warning")], [], report.text)
+
+
+class TestHeadroom(unittest.TestCase):
+    def test_a_model_at_60_percent_of_the_range_is_warned(self):
+        torch.manual_seed(0)
+        x = torch.randn(64, 16)
+        model = Mlp()
+        with torch.no_grad():
+            lo, hi = 1.0, 1e6  # the scale that puts sample 37's fc1 output at 60% of 65,504
+            for _ in range(60):
+                mid = (lo * hi) ** 0.5
+                lo, hi = (mid, hi) if model.fc1(x[37] * mid).abs().max() < 0.6 * 65504 else (lo, mid)
+            x[37] *= lo
+            share = model.fc1(x).abs().max().item() / 65504
+        self.assertAlmostEqual(share, 0.6, delta=0.01)
+        loader = loader_of(x, torch.randint(0, 4, (64,)), 16)
+        self.assertIsNone(amp_loop(model, loader, nn.CrossEntropyLoss(), "fp16"))  # it trains: no error now
+        report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision="fp16", quiet=True)
+        self.assertTrue(report.ok, report.text)
+        head = findings(report, "half-headroom")
+        self.assertEqual(len(head), 1, report.text)
+        self.assertEqual((head[0].batch, head[0].samples), (2, [37]), report.text)
+        self.assertRegex(head[0].message, r"gave [0-9,]+, (59|60)% of float16's largest value 65,504")
+        self.assertEqual(head[0].data["evidence"]["op"]["module"], "fc1")
+        # The threshold is the user's: above the peak, no warning.
+        quiet = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision="fp16", quiet=True, args=["--half-headroom", "0.7"])
+        self.assertFalse(findings(quiet, "half-headroom"), quiet.text)
+
+
+class TestPrecisionArguments(unittest.TestCase):
+    def test_an_unknown_precision_is_refused_in_one_line(self):
+        model, loader, _ = linear_case()
+        with self.assertRaises(ValueError) as e:
+            batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision="fp8")
+        self.assertEqual(str(e.exception), 'batchcheck.scan: precision=\'fp8\': expected "fp32", "fp16" or "bf16" '
+                                           '(or torch.float16, torch.bfloat16)')
+
+    def test_lightning_precision_names(self):
+        from batchcheck.api import lightning_precision
+        self.assertEqual([lightning_precision(p) for p in ("16-mixed", "bf16-mixed", "32-true", "16-true", None)],
+                         ["fp16", "bf16", None, None, None])
+
+    def test_bce_under_autocast_is_an_error_on_the_cpu_too(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 1), nn.Sigmoid(), nn.Flatten(0))
+        loader = loader_of(torch.randn(32, 16), torch.rand(32).round(), 8)
+        report = batchcheck.scan(model, loader, nn.BCELoss(), precision="fp16", quiet=True)
+        bce = findings(report, "bce-autocast-unsafe")
+        self.assertEqual(len(bce), 1, report.text)
+        self.assertEqual(bce[0].batch, 0)
+        self.assertEqual([x["id"] for x in bce[0].fixes], ["bce-with-logits"])
+        self.assertTrue(batchcheck.scan(model, loader, nn.BCELoss(), quiet=True).ok)
+
+
+if __name__ == "__main__":
+    unittest.main()
