@@ -263,6 +263,10 @@ std::vector<BadInput> catalogue() {
       {"meta output", on_valid([](Workspace& w) { w.model("def forward(self, x):\n    return x.sum(1, keepdim=True).to('meta')\n"); }), 2,
        e + "m.pt: output: the model returns a meta tensor (shape only, no data); the losses batchcheck checks need a dense "
            "tensor of real numbers: compute the prediction on a real device"},
+      {"bad --precision", on_valid([](Workspace&) {}, {"--precision", "fp8"}), 2,
+       "batchcheck: error: --precision: unknown precision \"fp8\"; did you mean \"fp32\"? (expected fp32, fp16 or bf16)"},
+      {"bad --half-headroom", on_valid([](Workspace&) {}, {"--half-headroom", "0"}), 2,
+       "batchcheck: error: --half-headroom: \"0\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)"},
       {"bad --device", on_valid([](Workspace&) {}, {"--device", "gpu0"}), 2,
        "batchcheck: error: --device: unknown device \"gpu0\" (expected cpu, cuda, cuda:N or auto)"},
       // --- not bad input: a model that raises is a finding ---

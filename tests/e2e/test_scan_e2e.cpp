@@ -733,3 +733,36 @@ TEST(ScanE2E, ProbesStartFromTheModelAsSaved) {
   EXPECT_TRUE(with_id(r.report, "batchnorm-single-value").empty()) << r.report["findings"].dump(1);
   for (const auto& f : r.report["findings"]) EXPECT_FALSE(f.contains("probe")) << f.dump(1);
 }
+
+TEST(ScanE2E, PrecisionFp16FindsTheOverflowAtItsSampleAndBf16Passes) {
+  // mm(x, 100s): sample 5's row sums to 4 x 500 x 100 = 200,000 > 65,504; the others to 120.
+  Workspace s("precision");
+  s.inputs(8, 4, [](uint64_t i, uint64_t) { return i == 5 ? 500.0f : 0.3f; })
+      .float_targets(zeros(8))
+      .model("def forward(self, x):\n    return torch.mm(x, torch.ones(x.size(1), 1) * 100.0)\n");
+  s.loader(R"({"batch_size": 4})");
+  auto fp32 = s.scan();
+  EXPECT_EQ(fp32.code, 0) << fp32.err << fp32.report["findings"].dump(1);
+  auto r = s.scan({"--precision", "fp16"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const Json f = one(r, "half-overflow");
+  EXPECT_EQ(f["batch"], 1);
+  EXPECT_EQ(f["samples"], Json::array({5}));
+  EXPECT_EQ(f["evidence"]["op"]["op"], "aten::mm");
+  EXPECT_EQ(f["evidence"]["fp32_max"], 200000.0);
+  EXPECT_EQ(f["fixes"][0]["id"], "use-bf16");
+  bool noted = false;
+  for (const auto& n : r.report["notes"]) noted = noted || n.get<std::string>().rfind("precision: float16 under torch.autocast(\"cpu\"", 0) == 0;
+  EXPECT_TRUE(noted) << r.report["notes"].dump(1);
+  auto bf16 = s.scan({"--precision", "bf16"});
+  EXPECT_EQ(bf16.code, 0) << bf16.err << bf16.report["findings"].dump(1);
+  EXPECT_TRUE(with_id(bf16.report, "half-overflow").empty());
+  // A model at 61% of the range warns (half-headroom), and passes the gate.
+  s.inputs(8, 4, [](uint64_t i, uint64_t) { return i == 6 ? 100.0f : 0.3f; });  // 40,000
+  auto head = s.scan({"--precision", "fp16"});
+  EXPECT_EQ(head.code, 0) << head.err;
+  const Json w = one(head, "half-headroom");
+  EXPECT_EQ(w["severity"], "warning");
+  EXPECT_EQ(w["samples"], Json::array({6}));
+  EXPECT_EQ(w["evidence"]["peak"], 40000.0);
+}

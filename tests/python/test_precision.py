@@ -144,6 +144,28 @@ class TestOverflowAgainstTheAmpLoop(unittest.TestCase):
         self.check(sequence_case, "aten::sum")
 
 
+def amp_step(model, batch):
+    """A step= as AMP code writes it: forward and the loss under the step's own torch.autocast."""
+    x, y = batch
+    with torch.autocast("cpu", dtype=torch.float16):
+        return nn.functional.cross_entropy(model(x), y)
+
+
+class TestAStepUnderItsOwnAutocast(unittest.TestCase):
+    def test_the_steps_casts_run_as_recorded_and_the_overflow_is_found(self):
+        model, loader, sample = linear_case()
+        expected = amp_loop(model, loader, nn.CrossEntropyLoss(), "fp16")
+        report = batchcheck.scan(model, loader, step=amp_step, quiet=True)
+        over = findings(report, "half-overflow")
+        self.assertTrue(over, report.text)
+        self.assertEqual((over[0].batch, over[0].samples), (expected, [sample]), report.text)
+        # The float32 value comes from the capture with its casts taken out.
+        self.assertGreater(over[0].data["evidence"]["fp32_max"], 65504)
+        notes = " ".join(report.data["notes"])
+        self.assertIn("as the casts of your step's torch.autocast run it", notes)
+        self.assertIn("your step's torch.autocast('cpu', dtype=torch.float16)", notes)
+
+
 class TestCleanSetupsPass(unittest.TestCase):
     def test_resnet18_and_a_small_transformer_pass_fp16_and_bf16(self):
         import torchvision

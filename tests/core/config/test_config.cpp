@@ -620,3 +620,27 @@ TEST(ConfigBounds, FieldListsAreBounded) {
   EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "collate": {"pad": {"f0": 0}, "mask": )" + masks + "}}")),
             "batchcheck: error: cfg.json: loader.collate.mask: at most 1024 generated masks, got 1025: each is a tensor of every batch");
 }
+
+TEST(Config, PrecisionAsTrained) {
+  const std::string top = R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 8}, )";
+  Config c = parse_config("cfg.json", top + R"("precision": "fp16"})", "/base");
+  EXPECT_EQ(c.precision.dtype, Precision::Fp16);
+  EXPECT_FALSE(c.precision.recorded);
+  EXPECT_EQ(c.precision.from, "the config's precision");
+  c = parse_config("cfg.json", top + R"("precision": {"dtype": "bf16", "casts": "recorded", "source": "your step's torch.autocast"}})", "/base");
+  EXPECT_EQ(c.precision.dtype, Precision::Bf16);
+  EXPECT_TRUE(c.precision.recorded);
+  EXPECT_EQ(c.precision.from, "your step's torch.autocast");
+  EXPECT_EQ(parse_config("cfg.json", kMinimal, "/base").precision.dtype, Precision::Fp32);  // the default, unchanged
+  EXPECT_EQ(parse_config("cfg.json", top + R"("checks": {"half_headroom": 0.6}})", "/base").checks.half_headroom, 0.6);
+  EXPECT_EQ(error_of(top + R"("precision": "fp8"})"),
+            "batchcheck: error: cfg.json: precision: unknown precision \"fp8\" (expected fp32, fp16 or bf16)");
+  EXPECT_EQ(error_of(top + R"("precision": {"dtype": "fp16", "casts": "mine"}})"),
+            "batchcheck: error: cfg.json: precision.casts: expected \"autocast\" (the engine enters torch.autocast) or "
+            "\"recorded\" (the model's graph holds its casts)");
+  EXPECT_EQ(error_of(top + R"("checks": {"half_headroom": 2}})"),
+            "batchcheck: error: cfg.json: checks.half_headroom: expected a share of float16's range (65,504) above 0 and at "
+            "most 1, e.g. 0.5");
+  EXPECT_EQ(error_of(R"({"model": {"path": "m.pt2"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 8}, "precision": "bf16"})"),
+            std::string("batchcheck: error: cfg.json: precision: ") + kPt2NoPrecision);
+}
