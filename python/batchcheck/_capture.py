@@ -162,6 +162,12 @@ class Captures:
         self.told = {}  # batch indices -> what the engine was told of it (a child resumed asks again)
         self.unchecked = 0
         self.autocast = set()  # (device type, dtype) the step ran under torch.autocast, seen in its first run
+        self.precision = None  # scan(precision=)'s dtype, for the step run eagerly here (_eager.py)
+
+    def precision_scope(self):
+        """torch.autocast of scan(precision=) around the step run eagerly (a no-op without it)."""
+        device = torch.device(self.device).type if self.device is not None else "cpu"
+        return torch.autocast(device, dtype=self.precision or torch.bfloat16, enabled=self.precision is not None)
 
     def _args(self, fields):
         if self.call is None:

@@ -241,7 +241,7 @@ def run_step(captures, fields, train, batch):
     owner = captures.owner
     with untouched(owner, captures.mode), _ModuleStack(checks, owner):
         try:
-            with torch.enable_grad(), checks:
+            with torch.enable_grad(), checks, captures.precision_scope():
                 loss = captures.eager(args)
         except Stopped:
             return None, checks.faults, None, None
@@ -329,7 +329,7 @@ def localize(captures, fields, batch):
     seen = _FirstNonfinite(checks.stack)
     with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
         try:
-            with seen:
+            with seen, captures.precision_scope():
                 captures.eager(args)
         except Exception:  # it raised after the first bad value, or before: what was seen stands
             pass

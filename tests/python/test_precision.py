@@ -166,6 +166,17 @@ class TestAStepUnderItsOwnAutocast(unittest.TestCase):
         self.assertIn("your step's torch.autocast('cpu', dtype=torch.float16)", notes)
 
 
+class TestAModelRunEagerly(unittest.TestCase):
+    def test_its_forward_runs_under_the_autocast_and_the_notes_say_what_is_not_watched(self):
+        model, loader, sample = linear_case()
+        report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision="fp16", eager=True, quiet=True)
+        nan = findings(report, "output-nonfinite")
+        self.assertTrue(nan, report.text)
+        self.assertEqual((nan[0].batch, nan[0].samples), (amp_loop(model, loader, nn.CrossEntropyLoss(), "fp16"), [sample]))
+        self.assertIn("where its ops are not watched", " ".join(report.data["notes"]))
+        self.assertTrue(batchcheck.scan(model, loader, nn.CrossEntropyLoss(), precision="bf16", eager=True, quiet=True).ok)
+
+
 class TestCleanSetupsPass(unittest.TestCase):
     def test_resnet18_and_a_small_transformer_pass_fp16_and_bf16(self):
         import torchvision
