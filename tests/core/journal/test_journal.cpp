@@ -232,3 +232,43 @@ TEST(Aggregator, AStepCountsOnlyWhenItEndsAndACrashReplacesIt) {
   EXPECT_EQ(r.report["series"]["ranks"][0]["errors"], nlohmann::ordered_json::parse("[1, 1, 0]"));
   EXPECT_EQ(r.report["series"]["ranks"][0]["batch"], nlohmann::ordered_json::parse("[0, 1, 2]"));
 }
+
+TEST(Aggregator, TheHeadroomsLargestValueLeadsItsFinding) {
+  static Config cfg;  // the Aggregator keeps a reference until the report is built
+  cfg = parse_config("c.json", R"({"model": {"path": "m.pt"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 2}})", ".");
+  ScanSettings settings;
+  std::ostringstream log;
+  Aggregator agg(cfg, settings, log);
+  ScanStart s;
+  s.data.samples = 6;
+  s.replay_steps = 3;
+  s.device = "cpu";
+  agg.start(s);
+  // Batches 0 and 2 place a peak: 36,000 then 48,000 (batch 1 grew less and was not placed).
+  for (uint64_t b = 0; b < 3; ++b) {
+    const std::vector<int64_t> indices = {static_cast<int64_t>(2 * b), static_cast<int64_t>(2 * b + 1)};
+    StepInfo at{b, 0, b, false, 2};
+    agg.begin(at, indices);
+    if (b != 1) {
+      RecordEvent r;
+      r.at = at;
+      r.id = "half-headroom";
+      r.stage = "forward";
+      r.message = b == 0 ? "peak 36,000" : "peak 48,000";
+      r.evidence = {{"peak", b == 0 ? 36000.0 : 48000.0}};
+      r.samples = {indices[1]};
+      r.count = 1;
+      r.batch_indices = indices;
+      agg.record(std::move(r));
+    }
+    agg.end({b, true, 2, std::nullopt, BatchStats{}});
+  }
+  agg.finish({true, false});
+  const auto report = agg.result(agg.end_state()).report;
+  const auto& f = report["findings"][0];
+  EXPECT_EQ(f["id"], "half-headroom");
+  EXPECT_EQ(f["batch"], 2);
+  EXPECT_EQ(f["samples"], nlohmann::ordered_json::array({5}));
+  EXPECT_EQ(f["message"], "peak 48,000");
+  EXPECT_EQ(f["batches"], nlohmann::ordered_json::array({0, 2}));
+}
