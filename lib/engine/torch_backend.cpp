@@ -519,11 +519,18 @@ class TorchBackend : public Backend {
   bool loss_autocast(const LossConfig& loss) const { return autocast_ && loss.type != LossType::Bce; }
 
   std::optional<Localization> localize_half(const LocalizeRequest& req) {
-    ModelRunner& model = active();
+    // A step on a GPU is placed on the CPU, as its NaN's origin is: the instrumented run goes
+    // on to the loss ops the overflow's NaN reaches, which would assert on the device.
+    const bool host = cfg_.loss.type == LossType::Step && device_.is_cuda();
+    ModelRunner* runner = host ? host_model() : &active();
+    if (!runner) return std::nullopt;
+    ModelRunner& model = *runner;
+    HalfRun run = half_;
+    if (host) run.device = c10::DeviceType::CPU;
     const std::vector<at::Tensor> kept = model.save_buffers();
     std::optional<Localization> l;
     try {
-      l = model.localize_half(forward_args(), req, half_);
+      l = model.localize_half(host ? rerun_args(true) : forward_args(), req, run);
     } catch (const InputError&) {
       throw;
     } catch (const std::exception&) {  // placing the op is a bonus
