@@ -15,6 +15,9 @@
 #   (e)    speed: resnet18 and resnet50 epochs against batchcheck.scan() (ratios, fixed and
 #          per-batch costs apart);
 #   (f)    after every scan() the caller's own CUDA context still works;
+#   (h)    fp16 on the device: batchcheck.scan(precision="fp16") names half-overflow at the batch
+#          where the real CUDA AMP loop first gets a non-finite loss, at its sample, and the CPU's
+#          fp16 scan names the same batch; bf16 passes on both;
 #   (6)    two shards under a launcher's LOCAL_RANK on the one GPU merge into the single scan's
 #          report.
 # Without a visible GPU it builds, runs the CPU baseline and stops cleanly (exit 0), saying so.
@@ -139,6 +142,9 @@ say "(c) a device-side assert inside forward, at two batches"
 
 say "(d, f) batchcheck.scan() over a DataLoader with workers, the model on $DEV"
 "$PY" tests/e2e/cuda/gpu_checks.py api "$OUT" --device "$DEV" 2>"$OUT/api.stderr" || failures=$((failures + $?))
+
+say "(h) precision as trained: fp16 overflows against the real AMP loop on $DEV"
+"$PY" tests/e2e/cuda/gpu_checks.py precision "$OUT" --device "$DEV" 2>"$OUT/precision.stderr" || failures=$((failures + $?))
 
 say "(6) two shards under LOCAL_RANK on one GPU, merged"
 rm -f "$OUT"/part-*.json

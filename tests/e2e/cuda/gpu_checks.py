@@ -9,6 +9,12 @@ Usage: PYTHON tests/e2e/cuda/gpu_checks.py CHECK OUTDIR [--device cuda|cpu] [--s
   api        batchcheck.scan() over a DataLoader with 2 workers, the model already on the device:
              the NaN sample and the class 255 named at the batches the real loop meets them, and the
              caller's own CUDA context still works after every scan.
+  precision  the three overflowing models of tests/python/test_precision.py (attention logits, a
+             linear layer on one sample scaled by 1000, a sum over a long sequence): the real AMP
+             loop on the device (torch.autocast fp16 around forward and the loss, a GradScaler, an
+             SGD step) gets its first non-finite loss at the batch where batchcheck.scan(precision=
+             "fp16") on the device names half-overflow, at the sample; the scan on the CPU names the
+             same batch; and in bf16 both pass.
   speed      the workloads of issue 42: resnet18 at 32 px (20,000 samples, batch 128) and resnet50
              at 128 px (2,048 samples, batch 64): the caller's first and warm eager training epochs
              (SGD step included) against batchcheck.scan() of the same loader, the scan's fixed and
@@ -198,9 +204,49 @@ def speed_check(device, small):
         say(context_works(device), "(f) after the %s scans: the caller's own %s context still works" % (name, device))
 
 
+def precision_check(device):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import test_precision
+    import batchcheck
+    for name, case in (("attention", test_precision.attention_case), ("linear x1000", test_precision.linear_case),
+                       ("long sum", test_precision.sequence_case)):
+        model, loader, sample = case()
+        ce = nn.CrossEntropyLoss()
+        real = amp_first_nonfinite(model, loader, ce, device, torch.float16)
+        found = {}
+        for where in dict.fromkeys([device, "cpu"]):
+            r = batchcheck.scan(model.to(where), loader, ce, precision="fp16", device=where, quiet=True)
+            over = [f for f in r.findings if f.id == "half-overflow"]
+            found[where] = (over[0].batch, over[0].samples) if over else None
+        say(real is not None and found[device] == (real, [sample]) and found["cpu"] == found[device],
+            "(h) fp16 %s: the real AMP loop on %s first gets a non-finite loss at batch %s; half-overflow on %s %s, on "
+            "the CPU %s" % (name, device, real, device, found[device], found["cpu"]))
+        bf16 = batchcheck.scan(model.to(device), loader, ce, precision="bf16", device=device, quiet=True)
+        say(bf16.ok and amp_first_nonfinite(model, loader, ce, device, torch.bfloat16) is None,
+            "(h) bf16 %s on %s: the scan passes as the real loop does" % (name, device))
+
+
+def amp_first_nonfinite(model, loader, loss_fn, device, dtype):
+    """The user's AMP epoch on `device`: the first batch whose loss is not finite, or None."""
+    import copy
+    model = copy.deepcopy(model).to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
+    for k, (x, y) in enumerate(loader):
+        with torch.autocast(device, dtype=dtype):
+            loss = loss_fn(model(x.to(device)), y.to(device))
+        if not torch.isfinite(loss).all():
+            return k
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("check", choices=["embedding", "api", "speed"])
+    ap.add_argument("check", choices=["embedding", "api", "precision", "speed"])
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--small", action="store_true")
@@ -210,6 +256,8 @@ def main():
         embedding_check(a.out, a.device)
     elif a.check == "api":
         api_check(a.device)
+    elif a.check == "precision":
+        precision_check(a.device)
     else:
         speed_check(a.device, a.small)
     sys.exit(len(FAILED))
