@@ -95,6 +95,29 @@ class AutocastScope {
   c10::ScalarType was_dtype_;
 };
 
+// Autocast off on the CPU and CUDA while it lives: TorchScript specializes a graph on the
+// autocast state it is first run or inlined under (its Autocast pass bakes the casts in), so
+// the instrumented copies are made with it off; the float32 run of a batch runs under it.
+class NoAutocast {
+ public:
+  NoAutocast()
+      : cpu_(autocast_enabled(c10::DeviceType::CPU)), cuda_(autocast_enabled(c10::DeviceType::CUDA)),
+        cpu_dtype_(autocast_dtype(c10::DeviceType::CPU)), cuda_dtype_(autocast_dtype(c10::DeviceType::CUDA)) {
+    set_autocast(c10::DeviceType::CPU, false, cpu_dtype_);
+    set_autocast(c10::DeviceType::CUDA, false, cuda_dtype_);
+  }
+  ~NoAutocast() {
+    set_autocast(c10::DeviceType::CPU, cpu_, cpu_dtype_);
+    set_autocast(c10::DeviceType::CUDA, cuda_, cuda_dtype_);
+  }
+  NoAutocast(const NoAutocast&) = delete;
+  NoAutocast& operator=(const NoAutocast&) = delete;
+
+ private:
+  bool cpu_, cuda_;
+  c10::ScalarType cpu_dtype_, cuda_dtype_;
+};
+
 }  // namespace batchcheck::compat
 
 // AOTInductor packages (.pt2) load through torch::inductor::AOTIModelPackageLoader, which

@@ -314,7 +314,9 @@ class TorchBackend : public Backend {
   }
 
   std::optional<Localization> localize(const LocalizeRequest& req) override {
-    compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);  // the batch as it ran
+    // The batch as it ran (a step on a GPU is localized on the CPU, under the CPU's autocast).
+    compat::AutocastScope autocast(cfg_.loss.type == LossType::Step && device_.is_cuda() ? c10::DeviceType::CPU : device_.type(),
+                                   half_.dtype, autocast_);
     // A step run eagerly in the user's process was re-run there: where its NaN was born.
     if (given_ && given_->localization) return given_->localization;
     // A step on a GPU is localized on the CPU: the localizer runs every op of it, the loss op
@@ -340,7 +342,7 @@ class TorchBackend : public Backend {
     const std::vector<at::Tensor> kept = model->save_buffers();
     try {
       at::NoGradGuard no_grad;
-      compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
+      compat::AutocastScope autocast(rerun_device(cpu), half_.dtype, autocast_);
       // A step's parts run checked too: a loss op they would break stops them before it runs.
       std::vector<OpFault> faults;
       bool stopped = false;
@@ -363,7 +365,7 @@ class TorchBackend : public Backend {
     const std::vector<at::Tensor> kept = model->save_buffers();
     std::optional<ArgumentRun> r;
     try {
-      compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
+      compat::AutocastScope autocast(rerun_device(cpu), half_.dtype, autocast_);
       r = model->check_arguments(rerun_args(cpu), batch_size_);
     } catch (const InputError&) {
       throw;
@@ -500,6 +502,7 @@ class TorchBackend : public Backend {
     const Precision p = cfg_.precision.dtype;
     if (p == Precision::Fp32 || cfg_.model.format == ModelFormat::Eager) return;
     half_.device = device_.type();
+    half_.index = device_.index();
     half_.dtype = p == Precision::Fp16 ? at::kHalf : at::kBFloat16;
     half_.recorded = cfg_.precision.recorded;
     if (!half_.recorded && !compat::autocast_supports(device_.type(), half_.dtype)) {
@@ -526,7 +529,10 @@ class TorchBackend : public Backend {
     if (!runner) return std::nullopt;
     ModelRunner& model = *runner;
     HalfRun run = half_;
-    if (host) run.device = c10::DeviceType::CPU;
+    if (host) {
+      run.device = c10::DeviceType::CPU;
+      run.index = -1;
+    }
     const std::vector<at::Tensor> kept = model.save_buffers();
     std::optional<Localization> l;
     try {
@@ -547,6 +553,8 @@ class TorchBackend : public Backend {
     if (cpu && device_.is_cuda()) return active_.empty() ? host_model() : nullptr;  // another shape's: a bonus left out
     return &active();
   }
+  // Where that re-run runs, for its autocast.
+  c10::DeviceType rerun_device(bool cpu) const { return cpu && device_.is_cuda() ? c10::DeviceType::CPU : device_.type(); }
   std::vector<c10::IValue> rerun_args(bool cpu) const {
     if (!(cpu && device_.is_cuda())) return forward_args();
     std::vector<c10::IValue> args = host_inputs_;

@@ -166,8 +166,10 @@ class Captures:
 
     def precision_scope(self):
         """torch.autocast of scan(precision=) around the step run eagerly (a no-op without it)."""
+        if self.precision is None:
+            return contextlib.nullcontext()
         device = torch.device(self.device).type if self.device is not None else "cpu"
-        return torch.autocast(device, dtype=self.precision or torch.bfloat16, enabled=self.precision is not None)
+        return torch.autocast(device, dtype=self.precision)
 
     def _args(self, fields):
         if self.call is None:
@@ -266,6 +268,40 @@ class Captures:
         shape = ", ".join("%s %s" % (n, list(t.shape)) for n, t in fields)
         return default, {"message": "this batch (%s) was not checked: %s; your %s runs on it, but no capture of it "
                                     "computes what it does" % (shape, why, self.what), "unchecked": True}
+
+
+def _autocast_on():
+    try:
+        return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    except TypeError:  # torch before 2.4: no device argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+class _BceSeen(torch.overrides.TorchFunctionMode):
+    """Whether binary_cross_entropy runs while torch.autocast is on (CUDA refuses it there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.nn.functional.binary_cross_entropy and _autocast_on():
+            self.seen = True
+        return func(*args, **(kwargs or {}))
+
+
+def bce_under_autocast(captures, candidates, precision):
+    """Whether the step calls binary_cross_entropy inside torch.autocast: its own, or (precision:
+    "fp16"/"bf16") the one the engine puts around it. One eager run, on the first batch it runs on."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    device = torch.device(captures.device).type if captures.device is not None else "cpu"
+    for fields in candidates:
+        mode = _BceSeen()
+        with (torch.autocast(device, dtype=dtype) if dtype is not None else contextlib.nullcontext()), mode:
+            _, err = captures._run(captures.eager, fields)
+        if err is None:
+            return mode.seen
+    return False
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 eagerly here where TorchScript can do neither; and the user's own training step (step=, or a
 loss given as any callable), traced together with the model, per batch shape (_capture.py)."""
 
+import contextlib
+
 import torch
 
 from batchcheck import export as _export
@@ -53,8 +55,8 @@ class _EagerForward:
         """(the prediction, {aux key: tensor}) of forward on the batch's fields."""
         given = dict(fields)
         args = [given[n].to(self.device) for n in self.names]
-        with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
-                                             enabled=self.autocast is not None):
+        amp = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else contextlib.nullcontext()
+        with torch.no_grad(), amp:
             raw = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
         out = _select(raw, self.pick)
         if not isinstance(out, torch.Tensor):

@@ -173,7 +173,7 @@ class Session:
         self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
         self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet)
-        self.launched = cfg
+        self.launched = json.loads(json.dumps(cfg))  # as written: later edits of self.config are not in it
 
     def relaunch(self, cfg):
         if self.engine is not None:
@@ -233,7 +233,6 @@ class Session:
             try:
                 scripted = captures.first(candidates, self.model_path)
                 server.captures = captures
-                self._step_precision(captures)
             except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
                 warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
                               "it can be made; it runs eagerly in this process, its loss ops' and index ops' arguments "
@@ -246,6 +245,7 @@ class Session:
                 captures.precision = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(o.precision)
                 server.forward = _EagerStep(captures)
                 return
+            self._step_precision(captures, candidates)
         elif o.eager is not True:
             try:
                 scripted = _engine_model(model, call, keywords, fields, x, pick, o.mode)
@@ -283,16 +283,20 @@ class Session:
             if self.engine is None:
                 self.launch(self.engine_config(False, names, target_key, self.output))
 
-    def _step_precision(self, captures):
+    def _step_precision(self, captures, candidates):
         """A step that enters torch.autocast holds its casts in its capture: the engine runs them as
-        they are (no autocast of its own around them) and watches the half values."""
+        they are (no autocast of its own around them) and watches the half values. A step that
+        calls binary_cross_entropy inside it is told too (CUDA refuses it there)."""
         halves = {dtype: device for device, dtype in captures.autocast if dtype in (torch.float16, torch.bfloat16)}
-        if not halves:
+        if not halves and self.o.precision in (None, "fp32"):
             return
-        dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
-        self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
-                                    "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
-        if self.engine is not None:
+        if halves:
+            dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
+            self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
+                                        "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+        if _capture.bce_under_autocast(captures, candidates, None if halves else self.o.precision):
+            self.config["precision"]["bce_in_step"] = True
+        if self.engine is not None and self.launched.get("precision") != self.config["precision"]:
             self.relaunch(dict(self.launched, precision=self.config["precision"]))
 
     def _one_capture_serves_all(self, captures):

@@ -502,7 +502,8 @@ void parse_precision_key(const JsonObject& top, Config& cfg) {
   std::string name;
   if (p->is_object()) {
     JsonObject o = top.object("precision");
-    o.reject_unknown({"dtype", "casts", "source"});
+    o.reject_unknown({"dtype", "casts", "source", "bce_in_step"});
+    cfg.precision.bce_in_step = o.boolean("bce_in_step").value_or(false);
     name = o.string("dtype").value_or("");
     if (name.empty()) o.fail("dtype", "expected fp32, fp16 or bf16");
     if (auto casts = o.string("casts")) {

@@ -248,6 +248,9 @@ struct PrecisionConfig {
   // engine enters no autocast, it watches the half-precision values only.
   bool recorded = false;
   std::string from;  // where it was asked, for the report's note: "--precision", "the config's precision"
+  // The user's step calls binary_cross_entropy inside its torch.autocast (batchcheck.scan() saw
+  // it run): refused on CUDA, as BCELoss is (bce-autocast-unsafe).
+  bool bce_in_step = false;
 };
 
 struct Config {

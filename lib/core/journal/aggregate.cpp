@@ -246,6 +246,7 @@ void Aggregator::commit(const RecordEvent& r) {
   auto key = std::make_tuple(r.id, at.rank ? static_cast<int64_t>(*at.rank) : -1, at.probe ? at.size : 0);
   auto it = index_.find(key);
   Finding* f;
+  bool led = false;
   if (it == index_.end()) {
     index_[key] = findings_.size();
     findings_.emplace_back();
@@ -265,6 +266,9 @@ void Aggregator::commit(const RecordEvent& r) {
   } else {
     f = &findings_[it->second];
     if (leads(r, *f)) {
+      // The batch that holds the scan's largest value leads: its message, evidence, batch and
+      // samples; each occurrence keeps its own message (the first's is put in its occurrence).
+      if (!f->occurrences.empty() && f->occurrences.front().message.empty()) f->occurrences.front().message = f->message;
       f->batch = at.batch;
       f->message = r.message;
       f->evidence = r.evidence;
@@ -274,6 +278,7 @@ void Aggregator::commit(const RecordEvent& r) {
         if (f->samples.size() < kSampleCap) f->samples.push_back(idx);
       }
       first_batch_[it->second] = r.batch_indices;
+      led = true;
     }
   }
   // A finding is per (id, rank, probe size): a new occurrence is a new batch (a probe has one).
@@ -283,12 +288,12 @@ void Aggregator::commit(const RecordEvent& r) {
     ++f->occurrences_total;
     if (f->occurrences.size() < kOccurrenceCap) {
       f->occurrences.push_back({at.rank, at.batch, {}, 0, r.evidence.contains("files") ? r.evidence["files"] : nlohmann::ordered_json(),
-                                other_cause(r, *f) ? r.message : std::string(), nullptr});
+                                led || other_cause(r, *f) ? r.message : std::string(), nullptr});
     }
   }
   // This batch's occurrence, unless it fell past the cap.
   Occurrence* occ = f->occurrences.size() == f->occurrences_total ? &f->occurrences.back() : nullptr;
-  const bool first = occ && occ == &f->occurrences.front();
+  const bool first = occ && occ == &f->occurrences.front() && !led;
   for (int64_t idx : r.samples) {
     if (occ && occ->samples.size() < kSampleCap &&
         std::find(occ->samples.begin(), occ->samples.end(), idx) == occ->samples.end()) {

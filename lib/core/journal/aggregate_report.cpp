@@ -1,6 +1,7 @@
 // The Aggregator's second half: the report from the findings it kept. Probe findings weighed
 // against the sizes the loader delivers, the model's own root cause, the fixes, the geometry
 // findings, then the report JSON with its suggestions and notes (aggregate.cpp: the events).
+#include <cmath>
 #include <algorithm>
 
 #include "core/base/text.h"
@@ -248,7 +249,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
       n += "; every op's " + dtype + " output was watched for overflow";
     }
     if (cfg_.precision.dtype == Precision::Fp16 && cfg_.model.format != ModelFormat::Eager) {
-      n += " and against " + std::to_string(static_cast<int>(cfg_.checks.half_headroom * 100)) + "% of 65,504 (half-headroom)";
+      n += " and against " + std::to_string(static_cast<int>(std::floor(cfg_.checks.half_headroom * 100 + 1e-9))) + "% of 65,504 (half-headroom)";
     }
     notes.push_back(n);
   }

@@ -159,6 +159,12 @@ ScanResult merge_parts(const MergeInput& in, std::ostream& log) {
     if (in.files_read && !cfg.loader.order_path.empty()) in.files_read->push_back(cfg.loader.order_path);
     cfg.model.mode = c.mode;
     cfg.checks.max_batches = c.max_batches;
+    if (c.precision != cfg.precision.dtype) {  // --precision, as the parts ran
+      cfg.precision.dtype = c.precision;
+      cfg.precision.recorded = false;
+      cfg.precision.from = "--precision";
+    }
+    cfg.checks.half_headroom = c.half_headroom;
     const PartPlan plan(cfg, c.edges, part_field(first, "start", first_part.path), first_part.path);
     for (const auto& [k, p] : by_index) {
       if (k != 0) plan.check_other(part_field(p->j, "start", p->path), p->path, first_part.path);

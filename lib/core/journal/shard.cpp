@@ -186,7 +186,9 @@ json make_partial(const Config& cfg, const Shard& shard, const json& start, cons
   j["config"] = {{"file", cfg.file},
                  {"dir", std::filesystem::path(cfg.file).parent_path().string()},
                  {"text", cfg.text},
-                 {"mode", to_string(cfg.model.mode)}};
+                 {"mode", to_string(cfg.model.mode)},
+                 {"precision", to_string(cfg.precision.dtype)},
+                 {"half_headroom", cfg.checks.half_headroom}};
   j["complete"] = end.complete;
   j["device_lost"] = end.device_lost;
   j["stopped_at_error"] = end.stopped_at_error;

@@ -102,6 +102,17 @@ PartConfig part_config(const json& c, const std::string& file) {
   const std::string mode = text("mode");
   if (mode != "train" && mode != "eval") edited(file, "config.mode", "\"" + mode + "\" is neither train nor eval");
   p.mode = mode == "eval" ? Mode::Eval : Mode::Train;
+  if (c.contains("precision")) {
+    const std::string precision = text("precision");
+    const std::optional<Precision> d = parse_precision(precision);
+    if (!d) edited(file, "config.precision", "\"" + precision + "\" is none of fp32, fp16, bf16");
+    p.precision = *d;
+  }
+  if (c.contains("half_headroom")) {
+    const json& h = c.at("half_headroom");
+    if (!h.is_number() || !(h.get<double>() > 0 && h.get<double>() <= 1)) edited(file, "config.half_headroom", shown(h) + " is not a share in (0, 1]");
+    p.half_headroom = h.get<double>();
+  }
   // Optional, as merge has always read them: a scan without --edges, with every batch.
   if (c.contains("edges")) {
     if (!c.at("edges").is_boolean()) edited(file, "config.edges", shown(c.at("edges")) + " is not true or false");
@@ -120,6 +131,8 @@ void check_same_config(const PartConfig& part, const std::string& file, const Pa
     edited(file, std::string("config.") + key, mine + ", but " + reference_file + " says " + theirs);
   };
   if (part.mode != reference.mode) differs("mode", to_string(part.mode), to_string(reference.mode));
+  if (part.precision != reference.precision) differs("precision", to_string(part.precision), to_string(reference.precision));
+  if (part.half_headroom != reference.half_headroom) differs("half_headroom", format_number(part.half_headroom), format_number(reference.half_headroom));
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   if (part.edges != reference.edges) differs("edges", flag(part.edges), flag(reference.edges));
   if (part.max_batches != reference.max_batches)

@@ -27,6 +27,8 @@ uint64_t part_count(const nlohmann::ordered_json& j, const std::string& file, co
 struct PartConfig {
   std::string file, dir, text;
   Mode mode = Mode::Train;
+  Precision precision = Precision::Fp32;  // --precision as the part ran (absent in older parts: fp32)
+  double half_headroom = 0.5;
   bool edges = false;
   uint64_t max_batches = 0;
 };

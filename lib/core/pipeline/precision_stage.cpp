@@ -29,7 +29,8 @@ std::string ratio(double r) {
   return buf;
 }
 
-std::string percent(double share) { return std::to_string(static_cast<int>(std::floor(share * 100.0))) + "%"; }
+// Reached, not rounded up: 0.599 is 59%, and 0.29 (28.999... in binary) 29%.
+std::string percent(double share) { return std::to_string(static_cast<int>(std::floor(share * 100.0 + 1e-9))) + "%"; }
 
 std::string rows_text(const std::vector<uint64_t>& rows, uint64_t batch_size) {
   if (rows.empty() || rows.size() >= batch_size) return "the whole batch of " + std::to_string(batch_size);
@@ -86,13 +87,18 @@ std::vector<Emitted> half_findings(const HalfCheck& h, uint64_t batch_size, doub
 }
 
 std::optional<Emitted> bce_autocast_finding(const Config& cfg, uint64_t batch_size) {
-  if (cfg.precision.dtype == Precision::Fp32 || cfg.loss.type != LossType::Bce) return std::nullopt;
+  if (cfg.precision.dtype == Precision::Fp32) return std::nullopt;
+  const bool step = cfg.loss.type == LossType::Step && cfg.precision.bce_in_step;
+  if (cfg.loss.type != LossType::Bce && !step) return std::nullopt;
   Emitted e;
   e.id = "bce-autocast-unsafe";
   e.stage = "loss";
-  e.message = std::string("BCELoss (binary_cross_entropy) under torch.autocast in ") + dtype_name(cfg.precision.dtype) +
+  e.message = std::string(step ? "your step calls binary_cross_entropy (BCELoss) inside its torch.autocast"
+                               : "BCELoss (binary_cross_entropy) under torch.autocast") +
+              " in " + dtype_name(cfg.precision.dtype) +
               ": on CUDA PyTorch refuses it at the first batch (\"unsafe to autocast\"); its log(p) loses the small "
-              "probabilities a sigmoid in half precision rounds to 0 and 1. The scan ran this loss in float32";
+              "probabilities a sigmoid in half precision rounds to 0 and 1." +
+              (step ? "" : " The scan ran this loss in float32");
   e.evidence = {{"loss", "bce"}, {"precision", to_string(cfg.precision.dtype)}};
   e.cuda = "RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.";
   e.rows = all_rows(batch_size);

@@ -193,6 +193,10 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
     if (names.size() > 1) name_part(emitted, "field", names[k]);
     apply(ctx, emitted);
   }
+  if (ctx.step.batch && *ctx.step.batch == 0 && !ctx.step.probe) {
+    // CUDA refuses the loss at the first batch, whatever forward then does.
+    if (auto e = bce_autocast_finding(cfg_, ctx.size())) apply(ctx, {*e});
+  }
   const bool inputs_bad = batch_has_error_;
   if (single_value_check(ctx, inputs_bad) && backend_.nonfinite_batchnorm_stats() != loaded_bad_batchnorm_) {
     // Statistics an earlier batch made NaN (a batch of one, NaN inputs or activations) would
@@ -224,9 +228,6 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
   if (cfg_.precision.dtype != Precision::Fp32) {
     // Half precision: an op that overflowed comes first, as the NaN it made comes later.
     apply(ctx, half_findings(backend_.half_check(cfg_.checks.half_headroom), ctx.size(), cfg_.checks.half_headroom));
-    if (ctx.step.batch && *ctx.step.batch == 0 && !ctx.step.probe) {
-      if (auto e = bce_autocast_finding(cfg_, ctx.size())) apply(ctx, {*e});
-    }
   }
   if (single_value_check(ctx, inputs_bad)) {
     check_batchnorm_stats(ctx);

@@ -4,6 +4,8 @@
 #include <ATen/record_function.h>
 
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace batchcheck {
@@ -19,6 +21,7 @@ thread_local WatchState* t_state = nullptr;
 
 struct Args : at::ObserverContext {
   std::vector<c10::IValue> inputs;
+  bool self_finite = true;  // an in-place op's tensor, before the op wrote it (add_: x += y)
 };
 
 bool is_half(const at::Tensor& t) {
@@ -26,20 +29,53 @@ bool is_half(const at::Tensor& t) {
          t.layout() == at::kStrided;
 }
 
+bool finite(const at::Tensor& t) {
+  return !(t.defined() && t.is_floating_point() && t.numel() > 0 && t.layout() == at::kStrided) ||
+         at::isfinite(t).all().item<bool>();
+}
+
+// An in-place op (add_, mul_): its first argument is what it writes.
+bool in_place(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  const std::size_t n = std::char_traits<char>::length(name);
+  return n > 1 && name[n - 1] == '_' && name[n - 2] != '_';
+}
+
 // A scalar or tensor argument that is already NaN/Inf: the op's non-finite output is its
-// argument's (masked_fill(x, mask, -inf)), not an overflow.
-bool nonfinite_argument(const std::vector<c10::IValue>& inputs) {
-  for (const c10::IValue& v : inputs) {
+// argument's (masked_fill(x, mask, -inf)), not an overflow. An argument the op wrote into counts
+// as it was before the op.
+bool nonfinite_argument(const Args& args, const std::vector<c10::IValue>& outputs) {
+  for (const c10::IValue& v : args.inputs) {
     if (v.isDouble() && !std::isfinite(v.toDouble())) return true;
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (t.defined() && t.is_floating_point() && t.numel() > 0 && t.layout() == at::kStrided &&
-          !at::isfinite(t).all().item<bool>()) {
-        return true;
-      }
-    }
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    bool written = false;
+    for (const c10::IValue& o : outputs) written = written || (o.isTensor() && o.toTensor().is_same(t));
+    if (written ? !args.self_finite : !finite(t)) return true;
   }
   return false;
+}
+
+// The largest |value| of a half tensor (NaN when it holds one, inf when it holds an Inf): one
+// pass; on a GPU one copy back of both ends.
+double largest(const at::Tensor& t) {
+  at::Tensor lo, hi;
+  try {
+    std::tie(lo, hi) = at::aminmax(t);
+  } catch (const std::exception&) {  // a dtype or device without aminmax
+    std::tie(lo, hi) = at::aminmax(t.to(at::kFloat));
+  }
+  double a = 0, b = 0;
+  if (t.is_cpu()) {
+    a = lo.item<double>();
+    b = hi.item<double>();
+  } else {
+    const at::Tensor both = at::stack({lo.to(at::kFloat), hi.to(at::kFloat)}).cpu();
+    a = both[0].item<double>();
+    b = both[1].item<double>();
+  }
+  if (std::isnan(a) || std::isnan(b)) return std::nan("");
+  return std::max(std::fabs(a), std::fabs(b));
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -47,6 +83,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (!s || s->depth++ != 0) return nullptr;
   auto args = std::make_unique<Args>();
   for (const c10::IValue& v : fn.inputs()) args->inputs.push_back(v);
+  if (in_place(fn) && !args->inputs.empty() && args->inputs.front().isTensor() && is_half(args->inputs.front().toTensor())) {
+    at::DisableRecordFunctionGuard off;
+    args->self_finite = finite(args->inputs.front().toTensor());
+  }
   return args;
 }
 
@@ -58,16 +98,13 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   ++s->r.ops;
   for (const c10::IValue& v : fn.outputs()) {
     if (!v.isTensor() || !is_half(v.toTensor())) continue;
-    const at::Tensor t = v.toTensor().detach();
-    auto [lo, hi] = at::aminmax(t);
-    const double a = lo.item<double>(), b = hi.item<double>();
-    if (std::isfinite(a) && std::isfinite(b)) {
-      const double m = std::max(std::fabs(a), std::fabs(b));
+    const double m = largest(v.toTensor().detach());
+    if (std::isfinite(m)) {
       if (m > s->r.peak) {
         s->r.peak = m;
         s->r.peak_op = fn.name();
       }
-    } else if (s->r.nonfinite_op.empty() && !nonfinite_argument(static_cast<Args*>(ctx)->inputs)) {
+    } else if (s->r.nonfinite_op.empty() && !nonfinite_argument(*static_cast<Args*>(ctx), fn.outputs())) {
       s->r.nonfinite_op = fn.name();
     }
   }

@@ -3,7 +3,7 @@
 // runner is covered alike (a TorchScript forward, a user's traced step): the largest finite
 // |value| any op's float16/bfloat16 output held, and the first op whose half-precision output
 // went non-finite from finite arguments (an overflow, or a NaN the op made). One reduction per
-// such op, no synchronization of its own on the CPU; where in the model the op sits (module,
+// such op (on a GPU, and one copy of its two ends back); where in the model the op sits (module,
 // line, samples) is the localizer's to say, on the batches that need it.
 #include <cstdint>
 #include <memory>

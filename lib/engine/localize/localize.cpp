@@ -111,12 +111,14 @@ struct ForwardLocalizer::Impl {
   // first non-finite value's place, the peak's, and the value asked for at a place.
   using Key = ForwardLocalizer::ValueKey;
   std::vector<uint64_t> visits;
-  std::optional<Key> first_key;
-  uint64_t first_key_seq = 0;
+  // Half-precision outputs that went non-finite from finite arguments, in the order they were
+  // made: overflows, or a NaN the op made itself (log(0)); the float32 run tells them apart.
+  static constexpr std::size_t kCandidates = 8;
+  std::vector<std::pair<Key, Localization>> candidates;
   std::optional<Key> peak_key;
   Localization peak_l;
-  std::optional<Key> probe;
-  std::optional<double> probe_value;
+  std::vector<Key> probes;
+  std::vector<std::optional<double>> probe_values;
 
   explicit Impl(const std::shared_ptr<jit::Graph>& forward, bool strip_half_casts = false) {
     graph = forward->copy();
@@ -235,8 +237,10 @@ struct ForwardLocalizer::Impl {
       st.seq = ++seq;
       values[site.outs[i]] = st;
       const Key key{k, i, visit};
-      if (probe && probe->site == k && probe->out == i && probe->visit == visit && st.finite) {
-        probe_value = std::max(std::fabs(st.min), std::fabs(st.max));
+      for (std::size_t p = 0; p < probes.size(); ++p) {
+        if (probes[p].site == k && probes[p].out == i && probes[p].visit == visit && st.finite) {
+          probe_values[p] = std::max(std::fabs(st.min), std::fabs(st.max));
+        }
       }
       if (req.peak && st.finite && is_half(t) && site.node->kind() != c10::prim::Param &&
           site.node->kind() != c10::prim::GetAttr) {
@@ -244,9 +248,11 @@ struct ForwardLocalizer::Impl {
         if (!peak_l.peak || m > *peak_l.peak) record_peak(site, key, t, m);
       }
       if (st.finite || !req.nonfinite) continue;
-      if (!first_key) {
-        first_key = key;
-        first_key_seq = st.seq;
+      if (candidates.size() < kCandidates && is_half(t) && site.node->kind() != c10::prim::Param &&
+          site.node->kind() != c10::prim::GetAttr && arguments_finite(site)) {
+        Localization c;
+        record_first(c, site, i, stack, base);
+        candidates.emplace_back(key, std::move(c));
       }
       const bool nan = std::isnan(st.min) || std::isnan(st.max);
       if (nan && !found_nan) {
@@ -266,6 +272,21 @@ struct ForwardLocalizer::Impl {
       if (l->chain.size() < kChainShown) l->chain.push_back(op_site(site.node));
     }
     stack.resize(base);
+  }
+
+  // Every tensor argument finite as it was made (an in-place op's before it wrote: its value
+  // was recorded where it was made), and no constant argument NaN/Inf (masked_fill's -inf).
+  bool arguments_finite(const Site& site) const {
+    for (const jit::Value* in : site.ins) {
+      auto it = values.find(in);
+      if (it != values.end() && !it->second.finite) return false;
+    }
+    for (const jit::Value* in : site.node->inputs()) {
+      if (in->node()->kind() != c10::prim::Constant) continue;
+      const std::optional<c10::IValue> c = jit::toIValue(in);
+      if (c && c->isDouble() && !std::isfinite(c->toDouble())) return false;
+    }
+    return true;
   }
 
   static bool is_half(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
@@ -411,13 +432,8 @@ ForwardLocalizer::ForwardLocalizer(const std::shared_ptr<jit::Graph>& forward, b
     : impl_(std::make_unique<Impl>(forward, strip_half_casts)) {}
 ForwardLocalizer::~ForwardLocalizer() = default;
 
-std::optional<std::pair<ForwardLocalizer::ValueKey, Localization>> ForwardLocalizer::first_bad() const {
-  const Impl& m = *impl_;
-  if (!m.first_key) return std::nullopt;
-  const bool nan_first = m.found_nan && (!m.found_inf || m.first_nan.seq <= m.first_inf.seq);
-  const Localization& l = nan_first ? m.first_nan : m.first_inf;
-  if (l.seq != m.first_key_seq || l.origin != "op") return std::nullopt;
-  return std::make_pair(*m.first_key, l);
+const std::vector<std::pair<ForwardLocalizer::ValueKey, Localization>>& ForwardLocalizer::half_candidates() const {
+  return impl_->candidates;
 }
 
 std::optional<std::pair<ForwardLocalizer::ValueKey, Localization>> ForwardLocalizer::peak() const {
@@ -426,18 +442,18 @@ std::optional<std::pair<ForwardLocalizer::ValueKey, Localization>> ForwardLocali
   return std::make_pair(*m.peak_key, m.peak_l);
 }
 
-std::optional<double> ForwardLocalizer::value_at(std::vector<c10::IValue> stack, const ValueKey& key) {
+std::vector<std::optional<double>> ForwardLocalizer::values_at(std::vector<c10::IValue> stack, const std::vector<ValueKey>& keys) {
   Impl& m = *impl_;
-  m.probe = key;
-  m.probe_value.reset();
+  m.probes = keys;
+  m.probe_values.assign(keys.size(), std::nullopt);
   LocalizeRequest req;
   try {
     run(std::move(stack), req);
   } catch (const std::exception&) {
-    // Raised after the value was read, or before: what was read stands.
+    // Raised after the values were read, or before: what was read stands.
   }
-  m.probe.reset();
-  return m.probe_value;
+  m.probes.clear();
+  return m.probe_values;
 }
 
 c10::IValue ForwardLocalizer::run(std::vector<c10::IValue> stack, const LocalizeRequest& req) {
@@ -445,7 +461,7 @@ c10::IValue ForwardLocalizer::run(std::vector<c10::IValue> stack, const Localize
   m.req = req;
   m.values.clear();
   m.visits.assign(m.sites.size(), 0);
-  m.first_key.reset();
+  m.candidates.clear();
   m.peak_key.reset();
   m.peak_l = Localization{};
   m.seq = 0;

@@ -44,14 +44,14 @@ class ForwardLocalizer {
     std::size_t site = 0, out = 0;
     uint64_t visit = 0;
   };
-  // After a nonfinite run: its first non-finite value's op (the NaN's or the Inf's, whichever
-  // came first), with what is known of it; nullopt if none was made by an op. After a peak
-  // run: the op whose half-precision output held the largest finite |value|.
-  std::optional<std::pair<ValueKey, Localization>> first_bad() const;
+  // After a nonfinite run: the ops whose float16/bfloat16 output went non-finite from finite
+  // arguments, in the order they ran (at most 8), each placed. After a peak run: the op whose
+  // half-precision output held the largest finite |value|.
+  const std::vector<std::pair<ValueKey, Localization>>& half_candidates() const;
   std::optional<std::pair<ValueKey, Localization>> peak() const;
-  // Runs again (a float32 run: autocast off, or a copy with the casts taken out) and returns
-  // the largest |value| of the value at `key`, nullopt if it is not finite or not reached.
-  std::optional<double> value_at(std::vector<c10::IValue> stack, const ValueKey& key);
+  // Runs again (a float32 run: autocast off, or the copy with the casts taken out) and returns
+  // the largest |value| of each value at `keys`, nullopt where not finite or not reached.
+  std::vector<std::optional<double>> values_at(std::vector<c10::IValue> stack, const std::vector<ValueKey>& keys);
 
  private:
   struct Impl;

@@ -24,6 +24,7 @@ namespace batchcheck {
 // (`recorded`) the graph's own casts, as a step traced under its torch.autocast holds them.
 struct HalfRun {
   c10::DeviceType device = c10::DeviceType::CPU;
+  c10::DeviceIndex index = -1;  // the model's CUDA device (its RNG)
   c10::ScalarType dtype = c10::ScalarType::Half;
   bool recorded = false;
 };

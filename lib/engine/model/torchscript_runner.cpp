@@ -69,7 +69,7 @@ class TorchScriptRunner : public ModelRunner {
   std::optional<Localization> localize(const std::vector<c10::IValue>& inputs, const LocalizeRequest& req,
                                        const std::function<at::Tensor(const c10::IValue&)>& prediction) override {
     torch::jit::Method method = module_.get_method("forward");
-    if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(torch::jit::toGraphFunction(method.function()).graph());
+    localizer(torch::jit::toGraphFunction(method.function()).graph());
     at::NoGradGuard no_grad;
     c10::IValue out = localizer_->run(interpreter_stack(method, inputs), req);
     // None: forward raised after its bad value was seen (a loss op given the NaN).
@@ -80,38 +80,68 @@ class TorchScriptRunner : public ModelRunner {
                                             const HalfRun& run) override {
     torch::jit::Method method = module_.get_method("forward");
     const std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(method.function()).graph();
-    if (!localizer_) localizer_ = std::make_unique<ForwardLocalizer>(graph);
+    ForwardLocalizer& half = localizer(graph);
     at::NoGradGuard no_grad;
     const std::vector<c10::IValue> stack = interpreter_stack(method, inputs);
-    // Both runs draw the same dropout masks.
-    at::Generator gen = at::globalContext().defaultGenerator(at::Device(run.device));
+    // Both runs draw the same dropout masks, and the batches after them the masks they would
+    // have drawn without them.
+    at::Generator gen = at::globalContext().defaultGenerator(at::Device(run.device, run.index));
     at::Tensor rng;
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
       rng = gen.get_state();
     }
+    auto put_back = [&] {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    };
     {
       compat::AutocastScope autocast(run.device, run.dtype, !run.recorded);
       try {
-        localizer_->run(stack, req);
-      } catch (const std::exception&) {  // raised past the value asked about: what was seen stands
+        half.run(stack, req);
+      } catch (const std::exception&) {  // raised past the values asked about: what was seen stands
       }
     }
-    auto found = req.peak ? localizer_->peak() : localizer_->first_bad();
-    if (!found) return std::nullopt;
-    Localization l = found->second;
-    if (req.peak) return l;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng);
+    put_back();
+    if (req.peak) {
+      auto found = half.peak();
+      return found ? std::optional<Localization>(found->second) : std::nullopt;
     }
-    ForwardLocalizer* fp32 = localizer_.get();  // autocast is off outside the scan's forward
+    // The first of the ops that went non-finite whose float32 value is finite: the overflow.
+    const std::vector<std::pair<ForwardLocalizer::ValueKey, Localization>> candidates = half.half_candidates();
+    if (candidates.empty()) return std::nullopt;
+    std::vector<ForwardLocalizer::ValueKey> keys;
+    for (const auto& c : candidates) keys.push_back(c.first);
+    ForwardLocalizer* fp32 = &half;
     if (run.recorded) {
-      if (!fp32_localizer_) fp32_localizer_ = std::make_unique<ForwardLocalizer>(graph, true);
+      if (!fp32_localizer_) {
+        compat::NoAutocast off;
+        fp32_localizer_ = std::make_unique<ForwardLocalizer>(graph, true);
+      }
       fp32 = fp32_localizer_.get();
     }
-    l.fp32_max = fp32->value_at(stack, found->first);
-    return l;
+    std::vector<std::optional<double>> values;
+    {
+      compat::NoAutocast off;
+      values = fp32->values_at(stack, keys);
+    }
+    put_back();
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      if (!values[k]) continue;
+      Localization l = candidates[k].second;
+      l.fp32_max = values[k];
+      return l;
+    }
+    return std::nullopt;
+  }
+
+  // The instrumented copy, made with autocast off (compat::NoAutocast says why).
+  ForwardLocalizer& localizer(const std::shared_ptr<torch::jit::Graph>& graph) {
+    if (!localizer_) {
+      compat::NoAutocast off;
+      localizer_ = std::make_unique<ForwardLocalizer>(graph);
+    }
+    return *localizer_;
   }
 
   std::optional<ArgumentRun> check_arguments(const std::vector<c10::IValue>& inputs, uint64_t batch) override {
@@ -126,7 +156,10 @@ class TorchScriptRunner : public ModelRunner {
   }
 
   ArgumentCheck& argument_check(const torch::jit::Method& method) {
-    if (!argument_check_) argument_check_ = std::make_unique<ArgumentCheck>(torch::jit::toGraphFunction(method.function()).graph());
+    if (!argument_check_) {
+      compat::NoAutocast off;  // made once, whatever the batch runs under
+      argument_check_ = std::make_unique<ArgumentCheck>(torch::jit::toGraphFunction(method.function()).graph());
+    }
     return *argument_check_;
   }
 
@@ -134,6 +167,7 @@ class TorchScriptRunner : public ModelRunner {
     if (info_.frozen_eval.batch_norm == 0) return {};
     torch::jit::Method method = module_.get_method("forward");
     if (!frozen_batchnorm_) {
+      compat::NoAutocast off;
       frozen_batchnorm_ = std::make_unique<FrozenBatchNormCheck>(torch::jit::toGraphFunction(method.function()).graph());
     }
     at::NoGradGuard no_grad;

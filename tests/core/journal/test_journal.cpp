@@ -271,4 +271,9 @@ TEST(Aggregator, TheHeadroomsLargestValueLeadsItsFinding) {
   EXPECT_EQ(f["samples"], nlohmann::ordered_json::array({5}));
   EXPECT_EQ(f["message"], "peak 48,000");
   EXPECT_EQ(f["batches"], nlohmann::ordered_json::array({0, 2}));
+  // Each occurrence keeps its own batch's words and samples.
+  EXPECT_EQ(f["occurrences"][0]["message"], "peak 36,000");
+  EXPECT_EQ(f["occurrences"][0]["samples"], nlohmann::ordered_json::array({1}));
+  EXPECT_EQ(f["occurrences"][1]["message"], "peak 48,000");
+  EXPECT_EQ(f["occurrences"][1]["samples"], nlohmann::ordered_json::array({5}));
 }
