@@ -264,12 +264,7 @@ class TorchBackend : public Backend {
       // With backward on, autograd records the graph as in training.
       at::AutoGradMode grad(opt_.backward);
       compat::AutocastScope autocast(device_.type(), half_.dtype, autocast_);
-      HalfWatch watch(watch_on_);
-      struct Keep {  // what the watch saw, whether forward returns or raises
-        HalfWatch& w;
-        HalfWatchResult& into;
-        ~Keep() { into = w.result(); }
-      } keep{watch, watched_};
+      HalfWatch watch(watch_on_, watched_);
       SelectedOutputs out = cfg_.model.format == ModelFormat::Eager
                                 ? given_outputs()
                                 : select_outputs(cfg_.loss.type == LossType::Step
@@ -315,8 +310,7 @@ class TorchBackend : public Backend {
 
   std::optional<Localization> localize(const LocalizeRequest& req) override {
     // The batch as it ran (a step on a GPU is localized on the CPU, under the CPU's autocast).
-    compat::AutocastScope autocast(cfg_.loss.type == LossType::Step && device_.is_cuda() ? c10::DeviceType::CPU : device_.type(),
-                                   half_.dtype, autocast_);
+    compat::AutocastScope autocast(rerun_device(cfg_.loss.type == LossType::Step), half_.dtype, autocast_);
     // A step run eagerly in the user's process was re-run there: where its NaN was born.
     if (given_ && given_->localization) return given_->localization;
     // A step on a GPU is localized on the CPU: the localizer runs every op of it, the loss op
@@ -435,17 +429,12 @@ class TorchBackend : public Backend {
     h.ran = true;
     h.dtype = dtype_name(cfg_.precision.dtype);
     h.peak = watched_.peak;
-    h.peak_op = watched_.peak_op;
-    h.nonfinite_op = watched_.nonfinite_op;
     if (!watched_.nonfinite_op.empty()) {
       LocalizeRequest req;
       req.nonfinite = true;
       req.batch = batch_size_;
       std::optional<Localization> l = localize_half(req);
-      if (l && l->fp32_max) {
-        h.overflow = std::move(l);
-        h.nonfinite_op.clear();
-      }
+      if (l && l->fp32_max) h.overflow = std::move(l);
     }
     // Placed only when it grew by a hundredth of the range past the last one placed: a few
     // instrumented forwards per scan, not one per batch.
@@ -529,10 +518,8 @@ class TorchBackend : public Backend {
     if (!runner) return std::nullopt;
     ModelRunner& model = *runner;
     HalfRun run = half_;
-    if (host) {
-      run.device = c10::DeviceType::CPU;
-      run.index = -1;
-    }
+    run.device = rerun_device(host);
+    if (host) run.index = -1;
     const std::vector<at::Tensor> kept = model.save_buffers();
     std::optional<Localization> l;
     try {

@@ -166,10 +166,7 @@ class Captures:
 
     def precision_scope(self):
         """torch.autocast of scan(precision=) around the step run eagerly (a no-op without it)."""
-        if self.precision is None:
-            return contextlib.nullcontext()
-        device = torch.device(self.device).type if self.device is not None else "cpu"
-        return torch.autocast(device, dtype=self.precision)
+        return autocast_for(self.device, self.precision)
 
     def _args(self, fields):
         if self.call is None:
@@ -270,6 +267,19 @@ class Captures:
                                     "computes what it does" % (shape, why, self.what), "unchecked": True}
 
 
+HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # scan(precision=)'s names
+
+
+def autocast_for(device, precision):
+    """torch.autocast on `device` (a torch.device, its name, or None: the CPU) with `precision` (a
+    dtype, or scan()'s "fp16"/"bf16"); a no-op context for None or "fp32" (no autocast object is
+    made: some torch versions refuse one for a device they cannot autocast, even disabled)."""
+    dtype = HALF_DTYPES.get(precision) if isinstance(precision, str) else precision
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type if device is not None else "cpu", dtype=dtype)
+
+
 def _autocast_on():
     try:
         return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
@@ -293,11 +303,9 @@ class _BceSeen(torch.overrides.TorchFunctionMode):
 def bce_under_autocast(captures, candidates, precision):
     """Whether the step calls binary_cross_entropy inside torch.autocast: its own, or (precision:
     "fp16"/"bf16") the one the engine puts around it. One eager run, on the first batch it runs on."""
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    device = torch.device(captures.device).type if captures.device is not None else "cpu"
     for fields in candidates:
         mode = _BceSeen()
-        with (torch.autocast(device, dtype=dtype) if dtype is not None else contextlib.nullcontext()), mode:
+        with autocast_for(captures.device, precision), mode:
             _, err = captures._run(captures.eager, fields)
         if err is None:
             return mode.seen

@@ -2,8 +2,6 @@
 eagerly here where TorchScript can do neither; and the user's own training step (step=, or a
 loss given as any callable), traced together with the model, per batch shape (_capture.py)."""
 
-import contextlib
-
 import torch
 
 from batchcheck import export as _export
@@ -48,21 +46,20 @@ class _EagerForward:
         self.aux = [str(k) for k in (aux or {})]  # loss.aux's keys: the extra outputs sent beside the prediction
         params = list(self.model.parameters())
         self.device = params[0].device if params else torch.device("cpu")
-        # scan(precision=): forward under torch.autocast, as the user's AMP loop runs it.
-        self.autocast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+        self.precision = precision  # scan(precision=): forward under torch.autocast, as the user's AMP loop runs it
 
     def outputs(self, fields):
         """(the prediction, {aux key: tensor}) of forward on the batch's fields."""
         given = dict(fields)
         args = [given[n].to(self.device) for n in self.names]
-        amp = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else contextlib.nullcontext()
-        with torch.no_grad(), amp:
+        from batchcheck._capture import autocast_for
+        with torch.no_grad(), autocast_for(self.device, self.precision):
             raw = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
         out = _select(raw, self.pick)
         if not isinstance(out, torch.Tensor):
             raise TypeError("the model's prediction is %s, not a tensor (name it with output=)" % type(out).__name__)
         aux = {key: _aux_output(raw, key) for key in self.aux}
-        if self.autocast is not None:  # autocast runs the losses in float32: the engine's loss gets what they would
+        if self.precision not in (None, "fp32"):  # autocast runs the losses in float32: the engine's loss gets what they would
             out, aux = _float(out), {k: _float(t) for k, t in aux.items()}
         return out, aux
 

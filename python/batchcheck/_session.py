@@ -242,7 +242,7 @@ class Session:
                     self.arrays.close()
                     self.arrays = None
                 self.relaunch(self.engine_config(True, names, target_key, self.output))
-                captures.precision = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(o.precision)
+                captures.precision = _capture.HALF_DTYPES.get(o.precision)
                 server.forward = _EagerStep(captures)
                 return
             self._step_precision(captures, candidates)

@@ -17,15 +17,15 @@ import batchcheck
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def amp_loop(model, loader, loss_fn, precision):
-    """The user's AMP epoch on the CPU: the first batch whose loss is not finite, or None."""
+def amp_loop(model, loader, loss_fn, precision, device="cpu"):
+    """The user's AMP epoch on `device`: the first batch whose loss is not finite, or None."""
     import copy
-    model = copy.deepcopy(model).train()
+    model = copy.deepcopy(model).to(device).train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
     for k, (x, y) in enumerate(loader):
-        with torch.autocast("cpu", dtype=DTYPES[precision]):
-            loss = loss_fn(model(x), y)
+        with torch.autocast(device, dtype=DTYPES[precision]):
+            loss = loss_fn(model(x.to(device)), y.to(device))
         if not torch.isfinite(loss).all():
             return k
         scaler.scale(loss).backward()

@@ -39,6 +39,12 @@ std::string output_selector(const FixContext& c) {
   return "[" + python_literal(std::get<std::string>(*c.output)) + "]";
 }
 
+// BCELoss after a sigmoid -> BCEWithLogitsLoss on the logits; `why` ends the title.
+Fix bce_with_logits(const std::string& why) {
+  return {"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)" + why,
+          "nn.BCEWithLogitsLoss()  # model returns logits", "numerically stable; apply torch.sigmoid at inference", {}};
+}
+
 // The failing batch, exactly: the model sees all of it (BatchNorm's statistics depend on
 // every sample), so `reproduce` never lists just the bad ones.
 Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
@@ -263,9 +269,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
                        "a GradScaler does not help: it scales the gradients, not forward's values", {}});
     f.fixes.push_back(reproduce(f, c, true, false));
   } else if (id == "bce-autocast-unsafe") {
-    f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid): safe under autocast",
-                       "nn.BCEWithLogitsLoss()  # model returns logits",
-                       "numerically stable; apply torch.sigmoid at inference", {}});
+    f.fixes.push_back(bce_with_logits(": safe under autocast"));
   } else if (id == "batchnorm-single-value") {
     maybe_tail();
     f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
@@ -304,9 +308,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "fewer samples, or imputed values", {}});
     }
     if (loss == LossType::Bce && !from_input) {
-      f.fixes.push_back({"bce-with-logits", "return logits and use BCEWithLogitsLoss (drop the final sigmoid)",
-                         "nn.BCEWithLogitsLoss()  # model returns logits",
-                         "numerically stable; apply torch.sigmoid at inference", {}});
+      f.fixes.push_back(bce_with_logits(""));
     }
     if (id == "output-out-of-range" && is_region_loss(loss) && c.loss.activation == Activation::None) {
       f.fixes.push_back({"loss-activation", "let the loss apply the model's activation to its logits",

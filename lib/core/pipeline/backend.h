@@ -142,11 +142,9 @@ struct HalfCheck {
   bool ran = false;           // the batch ran in half precision
   std::string dtype;          // "float16", "bfloat16"
   double peak = 0;            // the largest finite |value| an op's half output held
-  std::string peak_op;        // the op that held it ("aten::linear")
   // The first op whose half output went non-finite where the same op's float32 value is
   // finite: the overflow, placed (module, line, rows) and measured (fp32_max).
   std::optional<Localization> overflow;
-  std::string nonfinite_op;   // an op's half output went non-finite, but it is no overflow (or not placed)
   // The op whose half output held the peak, placed, when the peak reached the headroom share
   // and grew past the last one placed.
   std::optional<Localization> peak_site;

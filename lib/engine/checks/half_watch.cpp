@@ -95,15 +95,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!s) return;
   if (--s->depth != 0 || !ctx) return;
   at::DisableRecordFunctionGuard off;  // the watch's own reductions are not the model's ops
-  ++s->r.ops;
   for (const c10::IValue& v : fn.outputs()) {
     if (!v.isTensor() || !is_half(v.toTensor())) continue;
     const double m = largest(v.toTensor().detach());
     if (std::isfinite(m)) {
-      if (m > s->r.peak) {
-        s->r.peak = m;
-        s->r.peak_op = fn.name();
-      }
+      s->r.peak = std::max(s->r.peak, m);
     } else if (s->r.nonfinite_op.empty() && !nonfinite_argument(*static_cast<Args*>(ctx), fn.outputs())) {
       s->r.nonfinite_op = fn.name();
     }
@@ -113,12 +109,14 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }  // namespace
 
 struct HalfWatch::Impl {
+  explicit Impl(HalfWatchResult& r) : into(r) {}
   WatchState state;
   std::optional<at::CallbackHandle> handle;
   WatchState* outer = nullptr;
+  HalfWatchResult& into;
 };
 
-HalfWatch::HalfWatch(bool enabled) : impl_(std::make_unique<Impl>()) {
+HalfWatch::HalfWatch(bool enabled, HalfWatchResult& into) : impl_(std::make_unique<Impl>(into)) {
   if (!enabled) return;
   impl_->outer = t_state;
   t_state = &impl_->state;
@@ -132,8 +130,7 @@ HalfWatch::~HalfWatch() {
   if (!impl_->handle) return;
   at::removeCallback(*impl_->handle);
   t_state = impl_->outer;
+  impl_->into = impl_->state.r;
 }
-
-HalfWatchResult HalfWatch::result() const { return impl_->state.r; }
 
 }  // namespace batchcheck

@@ -14,19 +14,17 @@ namespace batchcheck {
 
 struct HalfWatchResult {
   double peak = 0;            // the largest finite |value| of a half-precision op output
-  std::string peak_op;        // "aten::linear"
   std::string nonfinite_op;   // the first op whose half output went non-finite from finite arguments; "" if none
-  uint64_t ops = 0;           // outermost ops watched
 };
 
-// Watches the ops this thread runs while it lives; `enabled` false: nothing is watched.
+// Watches the ops this thread runs while it lives, and leaves what it saw in `into` when it
+// ends, whether forward returned or raised; `enabled` false: nothing is watched or written.
 class HalfWatch {
  public:
-  explicit HalfWatch(bool enabled);
+  HalfWatch(bool enabled, HalfWatchResult& into);
   ~HalfWatch();
   HalfWatch(const HalfWatch&) = delete;
   HalfWatch& operator=(const HalfWatch&) = delete;
-  HalfWatchResult result() const;
 
  private:
   struct Impl;

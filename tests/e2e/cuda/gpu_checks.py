@@ -212,7 +212,7 @@ def precision_check(device):
                        ("long sum", test_precision.sequence_case)):
         model, loader, sample = case()
         ce = nn.CrossEntropyLoss()
-        real = amp_first_nonfinite(model, loader, ce, device, torch.float16)
+        real = test_precision.amp_loop(model, loader, ce, "fp16", device)
         found = {}
         for where in dict.fromkeys([device, "cpu"]):
             r = batchcheck.scan(model.to(where), loader, ce, precision="fp16", device=where, quiet=True)
@@ -222,26 +222,8 @@ def precision_check(device):
             "(h) fp16 %s: the real AMP loop on %s first gets a non-finite loss at batch %s; half-overflow on %s %s, on "
             "the CPU %s" % (name, device, real, device, found[device], found["cpu"]))
         bf16 = batchcheck.scan(model.to(device), loader, ce, precision="bf16", device=device, quiet=True)
-        say(bf16.ok and amp_first_nonfinite(model, loader, ce, device, torch.bfloat16) is None,
+        say(bf16.ok and test_precision.amp_loop(model, loader, ce, "bf16", device) is None,
             "(h) bf16 %s on %s: the scan passes as the real loop does" % (name, device))
-
-
-def amp_first_nonfinite(model, loader, loss_fn, device, dtype):
-    """The user's AMP epoch on `device`: the first batch whose loss is not finite, or None."""
-    import copy
-    model = copy.deepcopy(model).to(device).train()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
-    for k, (x, y) in enumerate(loader):
-        with torch.autocast(device, dtype=dtype):
-            loss = loss_fn(model(x.to(device)), y.to(device))
-        if not torch.isfinite(loss).all():
-            return k
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-    return None
 
 
 def main():
