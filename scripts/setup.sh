@@ -69,7 +69,7 @@ want="torch==$BC_TORCH_PIN torchvision==$BC_TORCHVISION_PIN numpy==$BC_NUMPY_PIN
 # pinned so that pip never moves the torch above. Not for the demo.
 if [[ $SETUP != demo ]]; then
   want+=" lightning==2.6.6 transformers==4.57.6 accelerate==1.16.0 timm==1.0.31"
-  want+=" segmentation-models-pytorch==0.6.0 monai==1.6.1"
+  want+=" segmentation-models-pytorch==0.6.0 monai==1.6.1 torch-geometric==2.8.1"
 fi
 have_pins() {
   [[ -x "$BC_PYTHON" ]] && "$BC_PYTHON" - $want 2>/dev/null <<'PY'

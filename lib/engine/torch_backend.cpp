@@ -402,12 +402,28 @@ class TorchBackend : public Backend {
     }
     at::Tensor l = std::move(loss_);
     loss_ = at::Tensor();
+    // The user's step returns the loss training calls backward() on: what backward refuses there
+    // (a loss without a graph, more than one number) is that batch's error, in backward's words.
+    const bool step = cfg_.loss.type == LossType::Step;
+    if (step && l.defined() && !l.requires_grad()) {
+      r.error = "element 0 of tensors does not require grad and does not have a grad_fn";
+      return r;
+    }
     if (!l.defined() || !l.requires_grad()) {
       r.ok = true;  // nothing in the model takes a gradient
       return r;
     }
+    // The step's loss as it returned it (outputs.cpp sums a tensor of several for its value).
+    const bool several = l.numel() != 1 || (loss_terms_.size() == 1 && loss_terms_.front().second.defined() &&
+                                            loss_terms_.front().second.numel() != 1);
+    if (step && several) {
+      r.error = "grad can be implicitly created only for scalar outputs";
+      loss_ = at::Tensor();
+      output_ = output_.detach();
+      return r;
+    }
     try {
-      if (l.numel() != 1) l = l.sum();  // reduction="none"
+      if (l.numel() != 1) l = l.sum();  // a loss module's reduction="none"
       l.backward();
       synchronize();
       r.ok = true;

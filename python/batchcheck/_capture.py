@@ -174,6 +174,13 @@ class Captures:
         given = dict(fields)
         return [given[n].to(self.device) for n in self.call]
 
+    def call(self, fields, batch=None):
+        """The user's code on the batch's fields (the eager path's run of a capture's step)."""
+        return self.eager(self._args(fields))
+
+    def put_back(self):
+        pass  # a capture's step runs under no_grad here, its buffers put back by untouched
+
     def _run(self, fn, fields):
         args = self._args(fields)
         with untouched(self.owner, self.mode), torch.no_grad(), _quiet():

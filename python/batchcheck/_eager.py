@@ -230,40 +230,60 @@ def _tensors(fields):
     return [t for _, t in fields if isinstance(t, torch.Tensor)]
 
 
-def run_step(captures, fields, train, batch):
+def run_step(captures, fields, train, batch, original=None):
     """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
-    exception it raised or None). In train mode the loss's gradients are computed with
-    torch.autograd.grad (the parameters' .grad untouched) and each parameter's NaN/Inf counted.
-    `batch`: the batch's number of samples (its layout need not be batch-first)."""
+    exception it raised or None). `captures`: a StepCall (the step on `original`, the batch as
+    the loader yielded it) or Captures (on the fields). In train mode the loss is backpropagated
+    as training's loss.backward() does it (a loss of more than one element, or one without a
+    graph, raises what backward raises), through torch.autograd.grad so that the parameters'
+    .grad stay untouched, and each parameter's NaN/Inf counted. `batch`: the batch's number of
+    samples (its layout need not be batch-first)."""
     from batchcheck._capture import untouched
-    args = captures._args(fields)
     checks = OpChecks(batch, _tensors(fields))
     owner = captures.owner
-    with untouched(owner, captures.mode), _ModuleStack(checks, owner):
-        try:
-            with torch.enable_grad(), checks, captures.precision_scope():
-                loss = captures.eager(args)
-        except Stopped:
-            return None, checks.faults, None, None
-        except Exception as e:  # the step's own error: the batch's finding
-            return None, checks.faults, None, e
-        grads = None
-        if train and isinstance(loss, torch.Tensor) and loss.requires_grad and bool(torch.isfinite(loss).all()):
-            named = [(n[len("model."):] if n.startswith("model.") else n, p) for n, p in owner.named_parameters()
-                     if p.requires_grad]
+    try:
+        with untouched(owner, captures.mode), _ModuleStack(checks, owner):
             try:
-                got = torch.autograd.grad(loss.sum() if loss.numel() != 1 else loss, [p for _, p in named],
-                                          allow_unused=True)
-            except Exception as e:  # backward's own error (an in-place op): the batch's finding
-                return loss.detach(), checks.faults, None, e
-            grads = []
-            for (name, _), g in zip(named, got):
-                if g is None or not g.is_floating_point():
-                    continue
-                nan, inf = int(torch.isnan(g).sum()), int(torch.isinf(g).sum())
-                if nan + inf:
-                    grads.append({"name": name, "elements": g.numel(), "nan": nan, "inf": inf})
-        return loss.detach(), checks.faults, grads, None
+                with torch.enable_grad(), checks, captures.precision_scope():
+                    loss = captures.call(fields, original)
+            except Stopped:
+                return None, checks.faults, None, None
+            except Exception as e:  # the step's own error: the batch's finding
+                return None, checks.faults, None, e
+            grads = None
+            if train and isinstance(loss, torch.Tensor) and bool(torch.isfinite(loss).all()):
+                try:
+                    grads = _gradients(owner, loss)
+                except Exception as e:  # backward's own error (an in-place op, a loss without a graph)
+                    return loss.detach(), checks.faults, None, e
+            return loss.detach(), checks.faults, grads, None
+    finally:
+        captures.put_back()
+
+
+def _gradients(owner, loss):
+    """The NaN/Inf counts of the parameters' gradients of `loss`, computed as loss.backward()
+    computes them: its own checks first (a scalar, a graph), then autograd.grad."""
+    # backward's own checks, in its order and words (torch.autograd._make_grads, then the engine)
+    if not loss.requires_grad:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    if loss.numel() != 1:
+        raise RuntimeError("grad can be implicitly created only for scalar outputs")
+    named = [(n[len("model."):] if n.startswith("model.") else n, p) for n, p in owner.named_parameters()
+             if p.requires_grad]
+    if not named:
+        return []
+    got = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    grads = []
+    for (name, _), g in zip(named, got):
+        if g is None or not g.is_floating_point():
+            continue
+        bad = ~torch.isfinite(g)
+        if not bool(bad.any()):
+            continue
+        nan = int(torch.isnan(g).sum())
+        grads.append({"name": name, "elements": g.numel(), "nan": nan, "inf": int(bad.sum()) - nan})
+    return grads
 
 
 def _summary(name, t):
@@ -311,7 +331,7 @@ class _FirstNonfinite(TorchDispatchMode):
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
 
 
-def localize(captures, fields, batch):
+def localize(captures, fields, batch, original=None):
     """Where the first NaN/Inf of a failing batch was born, its step run once more eagerly: a
     model input that holds it, a parameter that does, or the first op that made it from finite
     values. Localization's fields (core/findings/root_cause.h); None where nothing was seen."""
@@ -324,15 +344,17 @@ def localize(captures, fields, batch):
         if not _finite(p):
             name = name[len("model."):] if name.startswith("model.") else name
             return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
-    args = captures._args(fields)
     checks = OpChecks(batch, _tensors(fields))
     seen = _FirstNonfinite(checks.stack)
-    with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
-        try:
-            with seen, captures.precision_scope():
-                captures.eager(args)
-        except Exception:  # it raised after the first bad value, or before: what was seen stands
-            pass
+    try:
+        with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
+            try:
+                with seen, captures.precision_scope():
+                    captures.call(fields, original)
+            except Exception:  # it raised after the first bad value, or before: what was seen stands
+                pass
+    finally:
+        captures.put_back()
     first = seen.nan or seen.inf
     if first is None:
         return None

@@ -2,6 +2,8 @@
 eagerly here where TorchScript can do neither; and the user's own training step (step=, or a
 loss given as any callable), traced together with the model, per batch shape (_capture.py)."""
 
+from collections.abc import Mapping
+
 import torch
 
 from batchcheck import export as _export
@@ -63,7 +65,7 @@ class _EagerForward:
             out, aux = _float(out), {k: _float(t) for k, t in aux.items()}
         return out, aux
 
-    def serve(self, fields, batch):
+    def serve(self, fields, batch, original=None):
         """(the tensors to send or None, what the batch's header adds), `batch`: its number of
         samples. Forward with the arguments of its index and loss ops read before they run
         (_eager.OpChecks), as the engine reads them in a graph, so that a token id past the
@@ -144,7 +146,11 @@ class _Step(torch.nn.Module):
         self._rebuild = rebuild
 
     def forward(self, *fields):
-        loss = self._step(self.model, self._rebuild(fields))
+        return self.run(self._rebuild(fields))
+
+    def run(self, batch):
+        """The step on a batch as the loader yields it."""
+        loss = self._step(self.model, batch)
         if not isinstance(loss, torch.Tensor):
             raise TypeError("batchcheck.scan: step(model, batch) returned %s, not the loss tensor" % type(loss).__name__)
         return loss
@@ -203,7 +209,7 @@ def _loss_step(loss, pick, target_key):
     """A loss given as any callable (prediction, target) -> loss, as a step: the model on the
     batch's inputs (a dict's by keyword), its prediction selected as output= says."""
     def step(model, batch):
-        if isinstance(batch, dict):
+        if isinstance(batch, Mapping):
             target = batch[target_key]
             out = model(**{k: v for k, v in batch.items() if k != target_key})
         else:
@@ -243,24 +249,66 @@ def model_captures(model, call, keywords, pick, mode, folder):
     return Captures(target, trace, lambda args: target(*args), folder, mode, device, call=call, what="model")
 
 
+class StepCall:
+    """The user's step as written, on each batch as the loader yielded it (a private copy of it:
+    in-place work on the batch stays in that run), the default way a step runs (ARCHITECTURE.md).
+    `owner` holds the model and the modules the step reaches; its parameters are put back after
+    each run (a momentum encoder's no_grad update moves them, as training would, but the scan
+    must leave the user's model as it found it), its buffers by _capture.untouched."""
+
+    what = "step"
+
+    def __init__(self, model, step, mode, precision=None):
+        self.owner = _Step(model, step, None, _modules_reached(step, model))
+        self.mode = mode
+        params = list(self.owner.parameters())
+        self.device = params[0].device if params else torch.device("cpu")
+        self.precision = _capture_dtype(precision)
+        self.saved = [(p, p.detach().clone()) for p in params]
+        self.autocast = set()  # (device type, dtype) of the torch.autocast the step enters (its first run)
+
+    def precision_scope(self):
+        from batchcheck._capture import autocast_for
+        return autocast_for(self.device, self.precision)
+
+    def call(self, fields, batch):
+        from batchcheck._batch import private_copy
+        return self.owner.run(private_copy(batch))
+
+    def put_back(self):
+        """The parameters as they were before the scan (a step's in-place update of them undone)."""
+        with torch.no_grad():
+            for p, saved in self.saved:
+                if p.shape == saved.shape:
+                    p.copy_(saved)
+                else:
+                    p.data = saved.clone()
+
+
+def _capture_dtype(precision):
+    from batchcheck._capture import HALF_DTYPES
+    return HALF_DTYPES.get(precision) if isinstance(precision, str) else precision
+
+
 class _EagerStep:
     """The user's step run eagerly in this process, where no capture of it can be made (it raises
     on every batch tried), checked as a capture is (_eager.py): its loss goes to the engine as the
     prediction, with the faults of its ops, its gradients' NaN/Inf counts, or its exception."""
 
     def __init__(self, captures):
-        self.captures = captures
+        self.captures = captures  # a StepCall (the step as written), or the Captures of one that raises on every batch
 
-    def serve(self, fields, batch):
-        """(the loss or None, what the batch's header adds); `batch`: its number of samples."""
+    def serve(self, fields, batch, original=None):
+        """(the loss or None, what the batch's header adds); `batch`: its number of samples,
+        `original`: the batch as the loader yielded it (what a StepCall runs the step on)."""
         from batchcheck._capture import message, record
         from batchcheck._eager import localize, run_step
-        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch)
+        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch, original)
         extra = {}
         nonfinite = (loss is not None and not bool(torch.isfinite(loss).all())) or \
             any(f.get("nonfinite") for f in faults) or any(g["nan"] + g["inf"] for g in grads or ())
         if nonfinite:  # the failing batch once more, to say where its first NaN/Inf was born
-            root = localize(self.captures, fields, batch)
+            root = localize(self.captures, fields, batch, original)
             if root is not None:
                 extra["root_cause"] = root
         if faults:

@@ -5,16 +5,18 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Mapping
 
 import torch
 
 from batchcheck import _arrays, _capture
 from batchcheck import export as _export
 from batchcheck._cli import binary
-from batchcheck._prepare import (_EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
+from batchcheck._batch import describe, is_flat
+from batchcheck._prepare import (StepCall, _EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
                                  model_captures, step_captures)
 from batchcheck._stream import _Engine, _Server
-from batchcheck._wire import _fields
+from batchcheck._wire import _cut, _fields
 from batchcheck.report import Report
 
 
@@ -87,6 +89,18 @@ def _without_jobs(args):
     return out
 
 
+def _step_notes(runner, precision):
+    """What the report says of a step run as written."""
+    notes = []
+    if precision is not None and precision.get("casts") == "recorded":
+        notes.append("precision: your step runs under %s; its ops ran in that precision here, as in training (their "
+                     "half values are not watched op by op on this path)" % precision.get("source", "torch.autocast"))
+    elif precision is not None:
+        notes.append("precision: your step ran under torch.autocast with %s (%s); its half values are not watched op "
+                     "by op on this path" % (precision.get("dtype"), precision.get("source", "")))
+    return notes
+
+
 class Session:
     """The scan of `loader` (its epoch's `order`) with the options of batchcheck.scan() (`o`)."""
 
@@ -94,7 +108,7 @@ class Session:
         self.o, self.loader = o, loader
         self.target_key, self.output = o.target_key, o.output
         self.server = _Server(loader, order, o.input_key, o.target_key or "targets")
-        self.arrays = self.engine = self.guess = None
+        self.arrays = self.engine = self.guess = self.step_runner = None
         n = len(loader.dataset)
         self.config = {"data": {"format": "stream", "path": self.server.path},
                        "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
@@ -125,7 +139,9 @@ class Session:
         # A TensorDataset under default_collate goes to the engine whole, through memfds
         # (_arrays.py), unless its forward must run here (eager): the stream serves that.
         tensors = self.server.tensors
-        if o.eager is not True and tensors is not None and _arrays.plan(tensors, order, n):
+        self.eager_step = o.step is not None and not o.capture  # the step as written, here (the default)
+        self.here = o.eager is True or self.eager_step  # what runs the user's code: this process
+        if not self.here and tensors is not None and _arrays.plan(tensors, order, n):
             try:
                 self.arrays = _arrays.Arrays(_fields(list(tensors), o.input_key, o.target_key or "targets"))
             except OSError:  # memfd refused here (an old kernel, a seccomp profile): the stream
@@ -133,7 +149,7 @@ class Session:
         # The other batches of a TensorDataset stream too, but any of them can be served at any
         # time (by indexing): the engine may split the epoch over jobs, each asking for its own
         # batches (read one step ahead, as from files: no pushes, which follow one cursor).
-        self.random_access = self.arrays is None and tensors is not None and o.eager is not True and \
+        self.random_access = self.arrays is None and tensors is not None and not self.here and \
             _arrays.batch_bytes(tensors, order) >= _arrays.PER_BATCH
 
     def engine_config(self, eager_model, names, target_key, output):
@@ -188,7 +204,7 @@ class Session:
         o, server = self.o, self.server
         if self.arrays is None:
             key = o.target_key or "targets"
-            self.guess = self.engine_config(o.eager is True, [o.input_key, key], key, self.output)
+            self.guess = self.engine_config(self.here, [o.input_key, key], key, self.output)
             self.launch(self.guess)
         server.start_live()  # after the engine's start: a loader's workers take a while to start too
         first = server.first_batch()
@@ -203,9 +219,13 @@ class Session:
         engine takes it (the step traced with it, scripted, traced) or runs eagerly here."""
         o, server = self.o, self.server
         if self.target_key is None:
-            self.target_key = "labels" if isinstance(first, dict) and "labels" in first and "targets" not in first else "targets"
+            self.target_key = "labels" if isinstance(first, Mapping) and "labels" in first and "targets" not in first else "targets"
             server.target_key = self.target_key
         target_key = self.target_key
+        if o.step is None and not is_flat(first):
+            raise TypeError("batchcheck.scan: the loader yields %s, which is not one model input and its targets: pass "
+                            "step=, your training step step(model, batch) -> loss, which gets each batch as the loader "
+                            "yields it" % _cut(describe(first)))
         fields = _fields(first, o.input_key, target_key)
         call = [name for name, _ in fields if name != target_key]
         if o.loss == "model" and target_key in dict(fields):
@@ -214,17 +234,27 @@ class Session:
         # forward computes the loss: traced without them, minGPT's forward returns no loss).
         xs = [dict(fields)[name] for name in call]
         x = xs[0] if len(xs) == 1 else tuple(xs)
-        keywords = isinstance(first, dict) and _keyword_names(model, call)
+        keywords = isinstance(first, Mapping) and _keyword_names(model, call)
         # What the keyword adapter (or the eager forward) selects from forward's output.
         pick = self.output if self.output is not None else ("loss" if o.loss == "model" else "logits")
         if keywords:
             self.output = None  # the adapter returns the prediction itself
         names = [name for name, _ in fields]
         if self.guess is not None:
-            real = self.engine_config(o.eager is True, names, target_key, self.output)
+            real = self.engine_config(self.here, names, target_key, self.output)
             if real != self.guess:
                 self.relaunch(real)
         scripted = None
+        if self.eager_step or (o.step is not None and not is_flat(first)):
+            runner = StepCall(model, o.step, o.mode, o.precision)
+            halves, bce = self._first_run(runner, first)
+            # In half precision the capture runs where the engine watches every half op (an
+            # overflow placed at its op, with its float32 value); this path does not watch them.
+            if not is_flat(first) or (not halves and o.precision in (None, "fp32")):
+                self._eager_step(runner, names, target_key, halves, bce)
+                return
+            self.here = False
+            self.relaunch(self.engine_config(False, names, target_key, self.output))
         if o.step is not None:
             captures = step_captures(model, o.step, first, names, o.mode, self.server.dir)
             # Traced on the first batch the step runs on: a batch it raises on (a bad id in batch
@@ -283,6 +313,41 @@ class Session:
             if self.engine is None:
                 self.launch(self.engine_config(False, names, target_key, self.output))
 
+    def _eager_step(self, runner, names, target_key, halves, bce):
+        """The step as written, run here on each batch as the loader yields it (_eager.run_step),
+        its checks made where PyTorch runs its ops; the engine gets its loss, faults, gradients."""
+        if self.arrays is not None:
+            self.arrays.close()
+            self.arrays = None
+        if halves and self.o.precision in (None, "fp32"):
+            dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
+            self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
+                                        "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+        if bce and "precision" in self.config:
+            self.config["precision"]["bce_in_step"] = True
+        cfg = self.engine_config(True, names, target_key, self.output)
+        if self.engine is None or cfg != self.launched:
+            self.relaunch(cfg)
+        self.server.forward = _EagerStep(runner)
+        self.step_runner = runner
+
+    def _first_run(self, runner, first):
+        """One run of the step on the first batch: the torch.autocast it enters itself ({dtype:
+        device} of the half ones), and whether binary_cross_entropy runs inside an autocast (CUDA
+        refuses it there)."""
+        mode = _capture._BceSeen()
+        try:
+            with _capture.untouched(runner.owner, runner.mode), _capture._quiet(), \
+                    _capture._autocast_seen(runner.autocast), runner.precision_scope(), mode:
+                try:
+                    runner.call(None, first)
+                except Exception:  # noqa: BLE001 - the batch's own finding, found when it is served
+                    pass
+        finally:
+            runner.put_back()
+        halves = {dtype: device for device, dtype in runner.autocast if dtype in (torch.float16, torch.bfloat16)}
+        return halves, mode.seen
+
     def _step_precision(self, captures, candidates):
         """A step that enters torch.autocast holds its casts in its capture: the engine runs them as
         they are (no autocast of its own around them) and watches the half values. A step that
@@ -327,8 +392,12 @@ class Session:
             raise RuntimeError("batchcheck.scan: the engine wrote no report (exit %d):\n%s" % (code, text))
         with open(self.report_path) as f:
             data = json.load(f)
+        extra = []
         if self.server.captures is not None:
             extra = _capture.notes(self.server.captures)
+        elif self.step_runner is not None:
+            extra = _step_notes(self.step_runner, self.config.get("precision"))
+        if extra:
             data.setdefault("notes", []).extend(extra)
             text += "".join("note: %s\n" % n for n in extra)
         return Report(data, text, code)

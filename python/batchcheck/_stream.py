@@ -367,7 +367,7 @@ class _Server:
         forward_error = capture = None
         extra = {}
         if self.forward is not None:  # their model or step, run eagerly here and checked
-            pred, extra = self.forward.serve(tensors, len(indices))
+            pred, extra = self.forward.serve(tensors, len(indices), batch)
             if pred is not None:  # the prediction, or it and aux='s outputs by their field names
                 for name, t in (pred.items() if isinstance(pred, dict) else [("batchcheck.prediction", pred)]):
                     tensors.append((name, t.detach().cpu().contiguous()))

@@ -3,28 +3,35 @@ the frames (a length, then the bytes; a batch's tensors sent from their own memo
 the engine takes, and the file a failing sample reads, named for the report."""
 import os
 import struct
+from collections.abc import Mapping
 
 import torch
 
 
 def _fields(batch, input_key, target_key):
-    """A collated batch as [(name, tensor)]: (inputs, targets), a single tensor, or a dict."""
+    """A collated batch as [(name, tensor)]: (inputs, targets), a single tensor, a Mapping of
+    tensors by their keys; any other batch (nested, an object holding tensors, lists of numbers
+    beside them) by its tensor leaves' paths (_batch.leaves: batch[0][1], batch["ids"], batch.x)."""
+    from batchcheck._batch import describe, is_flat, leaves
     if isinstance(batch, torch.Tensor):
         return [("inputs", batch)]
-    if isinstance(batch, dict):
-        out = [(str(k), v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
-        if not out:
-            raise TypeError("batchcheck.scan: the loader's batches are dicts without tensors")
-        return out
-    if isinstance(batch, (tuple, list)) and batch and all(isinstance(v, torch.Tensor) for v in batch):
+    if isinstance(batch, Mapping) and is_flat(batch):
+        return [(str(k), v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+    if isinstance(batch, (tuple, list)) and is_flat(batch):
         # (inputs, targets); (input, input_1, ..., targets): forward's inputs in order, the targets last.
         if len(batch) == 1:
             return [(input_key, batch[0])]
         extra = [("%s_%d" % (input_key, k), t) for k, t in enumerate(batch[1:-1], 1)]
         return [(input_key, batch[0])] + extra + [(target_key, batch[-1])]
-    raise TypeError("batchcheck.scan: a batch must be a tensor, a tuple of tensors (inputs..., targets) or a dict of tensors; "
-                    "the loader yields %s"
-                    % type(batch).__name__)
+    out, _ = leaves(batch)
+    if not out:
+        raise TypeError("batchcheck.scan: the loader's batch, %s, holds no tensor and no list of numbers to check"
+                        % _cut(describe(batch)))
+    return out
+
+
+def _cut(text, n=80):
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def _indexed_tensors(loader):
@@ -49,11 +56,8 @@ def _nbytes(batch):
     """The bytes of the tensors in a collated batch (nested tuples, lists, dicts)."""
     if isinstance(batch, torch.Tensor):
         return batch.numel() * batch.element_size()
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (tuple, list)):
-        return sum(_nbytes(b) for b in batch)
-    return 0
+    from batchcheck._batch import leaves
+    return sum(t.numel() * t.element_size() for _, t in leaves(batch)[0])
 
 
 def _dtype(t, name):

@@ -105,7 +105,7 @@ def _epoch_order(loader):
 
 
 def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=None, fail_on=None, device=None,
-         input_key="inputs", target_key=None, eager=None, args=(), quiet=False, precision=None):
+         input_key="inputs", target_key=None, eager=None, args=(), quiet=False, precision=None, capture=False):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
     its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
@@ -119,10 +119,18 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     eager scan checks the model's outputs, the loss and the batches, not its gradients or weights,
     and names no root cause.
     step: your training step, step(model, batch) -> loss, exactly as your loop computes the loss
-    (post-processing, several loss terms, labels made in the step): traced with the model and run
-    in the engine, every loss op inside checked where it runs (BCE's ranges, class indices, an
-    embedding's ids), a NaN traced to the op that made it. loss= may also be any callable
+    (post-processing, several loss terms, labels made in the step). It runs as written, in this
+    process, on a private copy of each batch exactly as your loader yields it (any nesting of
+    tuples, lists, Mappings, namedtuples, dataclasses, a graph library's Batch), with its no_grad
+    regions and in-place work as in training; every loss and index op inside is checked before it
+    runs (BCE's ranges, class indices, an embedding's ids), its loss backpropagated as
+    loss.backward() does (a loss that is not one number, or has no graph, fails as training
+    would), a NaN traced to the op that made it. loss= may also be any callable
     (prediction, target) -> loss: it runs as such a step.
+    capture: False (default) runs the step as written; True traces it with the model and runs the
+    trace in the engine, proven per batch shape against the step run here (forward values only:
+    for steps without no_grad regions or in-place work on their batch). A step under torch.autocast
+    in half precision (its own, or precision=) is captured, so that the engine watches its half ops.
     precision: None or "fp32" (default: float32, or what your step's own torch.autocast casts),
     "fp16" or "bf16" (torch.float16/torch.bfloat16 too): forward and the loss run under
     torch.autocast with that dtype, as mixed-precision training runs them; an op whose output
@@ -138,7 +146,7 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     restore = _rng_snapshot(loader)
     options = SimpleNamespace(loss=loss, step=step, mode=mode, output=output, aux=aux, fail_on=fail_on, device=device,
                               input_key=input_key, target_key=target_key, eager=eager, args=args, quiet=quiet,
-                              precision=precision)
+                              precision=precision, capture=bool(capture))
     session = None
     try:
         session = Session(model, loader, order, sequential, options)

@@ -386,6 +386,16 @@ void attach_fixes(Finding& f, const FixContext& c) {
     maybe_tail();
     f.fixes.push_back(reproduce(f, c, true, false));
   } else if (id == "backward-error") {
+    if (f.message.find("implicitly created only for scalar outputs") != std::string::npos) {
+      f.fixes.push_back({"reduce-loss", "reduce the loss to one number before backward()",
+                         "return loss.mean()  # a per-sample loss (reduction=\"none\"): backward() takes one number",
+                         ".sum() instead weights the batch by its size", {}});
+    }
+    if (f.message.find("does not require grad and does not have a grad_fn") != std::string::npos) {
+      f.fixes.push_back({"return-loss-tensor", "return the loss tensor itself, with its graph",
+                         "return loss  # not loss.item(), loss.detach(), torch.tensor(loss.item()) or a constant",
+                         "none: detach only what you log", {}});
+    }
     if (f.message.find("inplace operation") != std::string::npos) {
       f.fixes.push_back({"out-of-place", "replace the in-place op on a tensor autograd still needs",
                          "y = y * mask  # instead of y *= mask (or y.mul_(mask)); likewise torch.sigmoid(x) instead of x.sigmoid_()",

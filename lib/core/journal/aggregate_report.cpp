@@ -255,9 +255,10 @@ ScanResult Aggregator::result(const ScanEnd& end) {
   }
   for (const auto& n : extra_notes_) notes.push_back(n);
   if (cfg_.loss.type == LossType::Step && cfg_.model.format == ModelFormat::Eager) {
-    notes.push_back("loss.type \"step\", run eagerly: no capture of your step could be made (it raised on each batch "
-                    "tried), so it ran as written in the Python process; the arguments of its loss and index ops, its "
-                    "gradients and where a NaN was born were found there");
+    notes.push_back("loss.type \"step\", run as written: your training step ran in the Python process on a private copy "
+                    "of each batch as the loader yields it (its no_grad regions and in-place work as in training); the "
+                    "arguments of its loss and index ops, its loss's backward, its gradients and where a NaN was born "
+                    "were found there");
   } else if (cfg_.loss.type == LossType::Step) {
     notes.push_back("loss.type \"step\": your training step ran in the engine as TorchScript, traced with the model "
                     "(batchcheck.scan(step=...)); every loss op inside was checked where it runs, and Python control flow "

@@ -145,9 +145,11 @@ const std::vector<FindingInfo> kCatalog = {
      "reproduce"},
     {"backward-error", Severity::Error, "backward",
      "loss.backward() raised",
-     "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation",
-     "an in-place op on a tensor autograd saved",
-     "out-of-place"},
+     "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation; "
+     "grad can be implicitly created only for scalar outputs; element 0 of tensors does not require grad",
+     "an in-place op on a tensor autograd saved; a step that returns a per-sample loss, or a loss without its graph "
+     "(.item(), .detach(), a constant)",
+     "out-of-place, reduce-loss, return-loss-tensor"},
     {"gradient-nonfinite", Severity::Error, "backward",
      "parameters got NaN or Inf gradients",
      "nothing is raised: the next optimizer step writes NaN into the weights",

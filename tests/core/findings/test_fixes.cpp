@@ -178,6 +178,38 @@ TEST(Fixes, InplaceBackwardErrorNamesTheOutOfPlaceFix) {
             "model.train(True); out = model(x); loss = nn.BCELoss()(out, y); loss.backward()");
 }
 
+// A step's loss that backward() refuses: the fix that makes training's backward run leads.
+TEST(Fixes, AStepLossBackwardRefusesLeadsWithTheLossFix) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"grad can be implicitly created only for scalar outputs", "reduce-loss"},
+      {"element 0 of tensors does not require grad and does not have a grad_fn", "return-loss-tensor"}};
+  for (const auto& [error, fix] : cases) {
+    Case c{"step-loss", LoaderCase{}, "backward-error", 8, 0, Severity::Error, {}, {}};
+    Geometry g = geometry(c.setup);
+    Finding f;
+    f.id = c.id;
+    f.batch = 0;
+    f.message = "loss.backward() raised on a batch of 8 samples (forward and loss succeeded): " + error;
+    FixContext ctx;
+    ctx.geometry = &g;
+    ctx.loss.type = LossType::Step;
+    ctx.batch_indices = {0, 1, 2, 3, 4, 5, 6, 7};
+    attach_fixes(f, ctx);
+    ASSERT_GE(f.fixes.size(), 1u) << error;
+    EXPECT_EQ(f.fixes[0].id, fix) << error;
+  }
+  Finding f;
+  f.id = "backward-error";
+  f.message = "loss.backward() raised: grad can be implicitly created only for scalar outputs";
+  FixContext ctx;
+  LoaderCase s;
+  Geometry g = geometry(s);
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::Step;
+  attach_fixes(f, ctx);
+  EXPECT_EQ(f.fixes[0].code, "return loss.mean()  # a per-sample loss (reduction=\"none\"): backward() takes one number");
+}
+
 TEST(Fixes, ReproduceUsesTheWholeFailingBatchTheModeAndTheLossOptions) {
   LoaderCase s{1041, 8, 1, false, LossType::CrossEntropy};
   Geometry g = geometry(s);
