@@ -169,12 +169,14 @@ class Captures:
         return autocast_for(self.device, self.precision)
 
     def _args(self, fields):
+        """The fields for one run, each run its own copy: a step that writes into its batch in
+        place (x.mul_(lam)) must not change what the next run (the capture's proof) is given."""
         if self.call is None:
-            return [t.to(self.device) for _, t in fields]
+            return [t.to(self.device, copy=True) for _, t in fields]
         given = dict(fields)
-        return [given[n].to(self.device) for n in self.call]
+        return [given[n].to(self.device, copy=True) for n in self.call]
 
-    def call(self, fields, batch=None):
+    def run_on(self, fields, batch=None):
         """The user's code on the batch's fields (the eager path's run of a capture's step)."""
         return self.eager(self._args(fields))
 

@@ -119,6 +119,8 @@ class OpChecks(TorchFunctionMode):
             with torch._C.DisableTorchFunction():
                 fault = check(self, *args, **kwargs)
             if fault is not None:
+                if self.stack and self.stack[-1][0] and "module_type" not in fault:
+                    fault["module_type"] = self.stack[-1][1]  # "criterion (BCELoss)"
                 self.faults.append(fault)
                 if fault.get("fatal", True):
                     raise Stopped(fault)
@@ -245,7 +247,7 @@ def run_step(captures, fields, train, batch, original=None):
         with untouched(owner, captures.mode), _ModuleStack(checks, owner):
             try:
                 with torch.enable_grad(), checks, captures.precision_scope():
-                    loss = captures.call(fields, original)
+                    loss = captures.run_on(fields, original)
             except Stopped:
                 return None, checks.faults, None, None
             except Exception as e:  # the step's own error: the batch's finding
@@ -350,7 +352,7 @@ def localize(captures, fields, batch, original=None):
         with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
             try:
                 with seen, captures.precision_scope():
-                    captures.call(fields, original)
+                    captures.run_on(fields, original)
             except Exception:  # it raised after the first bad value, or before: what was seen stands
                 pass
     finally:

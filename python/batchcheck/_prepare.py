@@ -271,7 +271,7 @@ class StepCall:
         from batchcheck._capture import autocast_for
         return autocast_for(self.device, self.precision)
 
-    def call(self, fields, batch):
+    def run_on(self, fields, batch):
         from batchcheck._batch import private_copy
         return self.owner.run(private_copy(batch))
 

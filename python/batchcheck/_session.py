@@ -98,6 +98,9 @@ def _step_notes(runner, precision):
     elif precision is not None:
         notes.append("precision: your step ran under torch.autocast with %s (%s); its half values are not watched op "
                      "by op on this path" % (precision.get("dtype"), precision.get("source", "")))
+    else:
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in runner.owner.parameters() if p.is_floating_point()})
+        notes.append("precision: %s, as your step runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32"))
     return notes
 
 
@@ -340,7 +343,7 @@ class Session:
             with _capture.untouched(runner.owner, runner.mode), _capture._quiet(), \
                     _capture._autocast_seen(runner.autocast), runner.precision_scope(), mode:
                 try:
-                    runner.call(None, first)
+                    runner.run_on(None, first)
                 except Exception:  # noqa: BLE001 - the batch's own finding, found when it is served
                     pass
         finally:

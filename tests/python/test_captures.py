@@ -8,6 +8,7 @@ sequence-first [T, B] batches, a loss inside the model's forward, autocast.
 Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
 """
 import inspect
+import itertools
 import os
 import unittest
 
@@ -465,20 +466,21 @@ CASES = {
 }
 
 
-def scan_and_loop(make, bad):
-    """The scan, then the real loop on the same model and loader (the scan leaves both as they were)."""
+def scan_and_loop(make, bad, capture=False):
+    """The scan (the step as written, or capture=True: traced), then the real loop on the same
+    model and loader (the scan leaves both as they were)."""
     torch.manual_seed(0)
     model, loader, step = make(bad)
-    report = batchcheck.scan(model, loader, step=step, quiet=True)
+    report = batchcheck.scan(model, loader, step=step, quiet=True, capture=capture)
     return report, real_loop(model, loader, step), loader
 
 
 class TestCapturesAgainstTheRealLoop(unittest.TestCase):
     def test_each_step_clean_and_with_a_fault_in_batch_0_and_in_a_later_batch(self):
         for name, (make, first, later, by_sample) in CASES.items():
-            for bad in (None, first, later):
-                with self.subTest(case=name, bad=bad):
-                    report, truth, loader = scan_and_loop(make, bad)
+            for bad, capture in itertools.product((None, first, later), (False, True)):
+                with self.subTest(case=name, bad=bad, capture=capture):
+                    report, truth, loader = scan_and_loop(make, bad, capture)
                     found = error_batches(report)
                     self.assertEqual(sorted(found), sorted(truth), "%s\nreal loop: %s\n%s" % (name, truth, report.text))
                     if bad is None:
@@ -514,7 +516,7 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
         self.assertIn("BatchNorm fc.1 (BatchNorm1d)", f.message)
 
     def test_a_gram_matrix_sliced_by_len_passes_its_tail_with_a_capture_of_its_own(self):
-        report, truth, _ = scan_and_loop(case_style, None)
+        report, truth, _ = scan_and_loop(case_style, None, capture=True)
         self.assertEqual(truth, {})
         self.assertTrue(report.ok, report.text)
         self.assertTrue(any("2 captures" in n for n in report.data["notes"]), report.data["notes"])
@@ -524,8 +526,9 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
         notes = " ".join(report.data["notes"])
         self.assertIn("torch.autocast", notes)
         self.assertIn("bfloat16", notes)
-        plain, _, _ = scan_and_loop(case_gpt, None)
-        self.assertIn("float32", " ".join(plain.data["notes"]))
+        for capture in (False, True):
+            plain, _, _ = scan_and_loop(case_gpt, None, capture)
+            self.assertIn("float32", " ".join(plain.data["notes"]))
 
 
 class TestALossInsideForward(unittest.TestCase):
@@ -641,8 +644,8 @@ class TestAStepNoCaptureCanBeMade(unittest.TestCase):
         x[110, 0] = -2.0  # its loss is NaN, born in the step's log
         loader = DataLoader(TensorDataset(x, y), batch_size=8)
         model = self.Net()
-        with self.assertWarns(UserWarning):
-            report = batchcheck.scan(model, loader, step=self.step, quiet=True)
+        with self.assertWarns(UserWarning):  # captured, it raises on every batch tried: run as written
+            report = batchcheck.scan(model, loader, step=self.step, quiet=True, capture=True)
         truth = real_loop(model, loader, self.step)
         self.assertEqual(sorted(truth), list(range(8)) + [13])
         found = error_batches(report)
@@ -660,7 +663,7 @@ class TestAStepNoCaptureCanBeMade(unittest.TestCase):
         root = nan.data.get("root_cause") or {}
         self.assertEqual((root.get("kind"), root.get("op")), ("op", "aten::log"), nan.data)
         self.assertEqual((os.path.basename(root.get("file", "")), root.get("line")), ("test_captures.py", LOG_PRIOR_LINE), root)
-        self.assertTrue(any("eagerly" in n for n in report.data["notes"]), report.data["notes"])
+        self.assertTrue(any("run as written" in n for n in report.data["notes"]), report.data["notes"])
 
 
 # The line of the step's log, where the NaN of batch 13 is born.

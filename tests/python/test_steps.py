@@ -226,7 +226,7 @@ class TestTrainingSteps(unittest.TestCase):
         # The KL term ran too: a clean VAE passes, its loss summed over both terms.
         x[77, 0, 3, 3] = 0.5
         self.assertTrue(batchcheck.scan(VAE(), loader, step=vae_step, quiet=True).ok)
-        self.assertTrue(any("traced with the model" in n for n in report.data["notes"]), report.data["notes"])
+        self.assertTrue(any("run as written" in n for n in report.data["notes"]), report.data["notes"])
 
     def test_gan_discriminator_step_with_labels_made_in_the_step(self):
         g = torch.Generator().manual_seed(0)
