@@ -180,8 +180,12 @@ class Captures:
         """The user's code on the batch's fields (the eager path's run of a capture's step)."""
         return self.eager(self._args(fields))
 
+    def scope(self):
+        """Around one run of the user's code: its module's buffers, modes and every RNG put back."""
+        return untouched(self.owner, self.mode)
+
     def put_back(self):
-        pass  # a capture's step runs under no_grad here, its buffers put back by untouched
+        pass  # untouched puts everything back
 
     def _run(self, fn, fields):
         args = self._args(fields)

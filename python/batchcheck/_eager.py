@@ -8,6 +8,7 @@ the findings, their words and their fixes are the command's.
 The path that takes over where no capture of the step can be made; the capture's successor when
 torch.jit.trace goes (ARCHITECTURE.md)."""
 import traceback
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -202,13 +203,30 @@ _CHECKS = {
 }
 
 
+_NAMES = weakref.WeakKeyDictionary()  # owner -> ({id(module): name}, [(name, parameter)]): once per scan, not per batch
+
+
+def _named(owner):
+    got = _NAMES.get(owner)
+    if got is None:
+        strip = lambda n: n[len("model."):] if n.startswith("model.") else n  # noqa: E731
+        got = ({id(m): strip(n) for n, m in owner.named_modules() if n},
+               [(strip(n), p) for n, p in owner.named_parameters() if p.requires_grad])
+        _NAMES[owner] = got
+    return got
+
+
+def _module_names(owner):
+    return _named(owner)[0]
+
+
 class _ModuleStack:
     """Which module's forward is running, by the names the model gives them (global hooks, for
     one run); "" for the step's own wrapper and modules outside the model: the step's own code."""
 
     def __init__(self, checks, owner):
         self.checks = checks
-        self.names = {id(m): (n[len("model."):] if n.startswith("model.") else n) for n, m in owner.named_modules() if n}
+        self.names = _module_names(owner)
 
     def __enter__(self):
         from torch.nn.modules import module as m
@@ -244,7 +262,7 @@ def run_step(captures, fields, train, batch, original=None):
     checks = OpChecks(batch, _tensors(fields))
     owner = captures.owner
     try:
-        with untouched(owner, captures.mode), _ModuleStack(checks, owner):
+        with captures.scope(), _ModuleStack(checks, owner):
             try:
                 with torch.enable_grad(), checks, captures.precision_scope():
                     loss = captures.run_on(fields, original)
@@ -271,12 +289,15 @@ def _gradients(owner, loss):
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     if loss.numel() != 1:
         raise RuntimeError("grad can be implicitly created only for scalar outputs")
-    named = [(n[len("model."):] if n.startswith("model.") else n, p) for n, p in owner.named_parameters()
-             if p.requires_grad]
+    named = _named(owner)[1]
     if not named:
         return []
     got = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
     grads = []
+    present = [g for g in got if g is not None and g.is_floating_point()]
+    # One sync for the usual case: a norm is finite where every element is (or overflowed: counted below).
+    if not present or bool(torch.isfinite(torch.stack([n.float() for n in torch._foreach_norm(present)])).all()):
+        return grads
     for (name, _), g in zip(named, got):
         if g is None or not g.is_floating_point():
             continue
@@ -349,7 +370,7 @@ def localize(captures, fields, batch, original=None):
     checks = OpChecks(batch, _tensors(fields))
     seen = _FirstNonfinite(checks.stack)
     try:
-        with untouched(owner, captures.mode), _ModuleStack(checks, owner), torch.no_grad():
+        with captures.scope(), _ModuleStack(checks, owner), torch.no_grad():
             try:
                 with seen, captures.precision_scope():
                     captures.run_on(fields, original)

@@ -264,8 +264,10 @@ class StepCall:
         params = list(self.owner.parameters())
         self.device = params[0].device if params else torch.device("cpu")
         self.precision = _capture_dtype(precision)
-        self.saved = [(p, p.detach().clone()) for p in params]
+        self.saved = [(p, p.detach().clone()) for p in params] + \
+            [(b, b.detach().clone()) for b in self.owner.buffers()]
         self.autocast = set()  # (device type, dtype) of the torch.autocast the step enters (its first run)
+        self.owner.train(mode == "train")
 
     def precision_scope(self):
         from batchcheck._capture import autocast_for
@@ -273,10 +275,30 @@ class StepCall:
 
     def run_on(self, fields, batch):
         from batchcheck._batch import private_copy
-        return self.owner.run(private_copy(batch))
+        with torch._C.DisableTorchFunction():  # the copy is batchcheck's, not an op of the step's to check
+            mine = private_copy(batch)
+        return self.owner.run(mine)
+
+    def scope(self):
+        """Around one run: the same random draws for each run of a batch (a seed: dropout masks
+        agree between a run and its re-run for the NaN's origin). batchcheck.scan() puts every RNG
+        back when the scan ends, and put_back the weights after each run, so nothing is saved here
+        per batch (a step of a small model costs about a millisecond)."""
+        import contextlib
+        import random
+
+        import numpy as np
+        from batchcheck._capture import _SEED, untouched
+        if torch.cuda.is_initialized():  # the scan restores the CPU's RNGs, not CUDA's: the full guard
+            return untouched(self.owner, self.mode)
+        torch.random.default_generator.manual_seed(_SEED)  # the CPU's alone: torch.manual_seed formats a stack per call
+        random.seed(_SEED)
+        np.random.seed(_SEED % (1 << 32))
+        return contextlib.nullcontext()
 
     def put_back(self):
-        """The parameters as they were before the scan (a step's in-place update of them undone)."""
+        """The parameters and buffers as they were before the scan (a step's in-place update of
+        them undone: a momentum encoder's weights, a queue, BatchNorm's statistics)."""
         with torch.no_grad():
             for p, saved in self.saved:
                 if p.shape == saved.shape:
