@@ -267,6 +267,7 @@ class StepCall:
         self.saved = [(p, p.detach().clone()) for p in params] + \
             [(b, b.detach().clone()) for b in self.owner.buffers()]
         self.autocast = set()  # (device type, dtype) of the torch.autocast the step enters (its first run)
+        self.modes = [(m, m.training) for m in self.owner.modules()]  # put back by close()
         self.owner.train(mode == "train")
 
     def precision_scope(self):
@@ -295,6 +296,11 @@ class StepCall:
         random.seed(_SEED)
         np.random.seed(_SEED % (1 << 32))
         return contextlib.nullcontext()
+
+    def close(self):
+        """The modules' train/eval modes as they were before the scan."""
+        for m, training in self.modes:
+            m.training = training
 
     def put_back(self):
         """The parameters and buffers as they were before the scan (a step's in-place update of

@@ -250,6 +250,7 @@ class Session:
         scripted = None
         if self.eager_step or (o.step is not None and not is_flat(first)):
             runner = StepCall(model, o.step, o.mode, o.precision)
+            self.step_runner = runner  # its modes go back with the scan, whichever path runs
             halves, bce = self._first_run(runner, first)
             # In half precision the capture runs where the engine watches every half op (an
             # overflow placed at its op, with its float32 value); this path does not watch them.
@@ -407,4 +408,5 @@ class Session:
 
     def close(self):
         _each(lambda: self.engine is not None and self.engine.stop(), self.server.close,
-              lambda: self.arrays is not None and self.arrays.close())
+              lambda: self.arrays is not None and self.arrays.close(),
+              lambda: self.step_runner is not None and self.step_runner.close())

@@ -398,6 +398,9 @@ class TestTheStepAsItRuns(unittest.TestCase):
         self.assertTrue(report.ok, report.text)
         for k in before:  # the scan leaves the user's model as it found it
             self.assertTrue(torch.equal(before[k], after[k]), k)
+        model.eval()  # its modes too: scanned in train mode, left in eval
+        batchcheck.scan(model, loader, step=moco_step, quiet=True)
+        self.assertFalse(any(m.training for m in model.modules()))
         self.assertEqual(real_loop(model, loader, moco_step), {})
 
     def test_an_in_place_mix_of_the_batch(self):
