@@ -11,6 +11,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <filesystem>
 #include <cstdlib>
@@ -227,6 +228,18 @@ class TorchBackend : public Backend {
   }
 
   std::vector<std::string> input_names() const override { return data_->input_names(); }
+  std::vector<uint64_t> input_row_samples(std::size_t field) const override {
+    const std::vector<std::string>& names = data_->input_names();
+    if (!given_ || field >= names.size()) return {};
+    const auto it = given_->row_samples.find(names[field]);
+    if (it == given_->row_samples.end()) return {};
+    const at::Tensor t = it->second.contiguous();
+    const int64_t* p = t.data_ptr<int64_t>();
+    std::vector<uint64_t> out;
+    out.reserve(static_cast<std::size_t>(t.numel()));
+    for (int64_t k = 0; k < t.numel(); ++k) out.push_back(p[k] < 0 ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(p[k]));
+    return out;
+  }
   TensorMeta input_meta(std::size_t field) const override {
     return field < inputs_.size() ? meta_of_value(inputs_[field]) : TensorMeta{};
   }

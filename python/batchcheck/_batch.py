@@ -166,3 +166,50 @@ def describe(batch, depth=0):
     if isinstance(batch, (tuple, list)):
         return "%s(%s%s)" % (name, ", ".join(describe(v, depth + 1) for v in batch[:4]), ", ..." if len(batch) > 4 else "")
     return name
+
+
+def row_maps(fields, n):
+    """{field name: int64 tensor, the sample (position in the batch) of each of its rows} for the
+    fields whose rows are not the batch's samples but whose samples the batch's own index structure
+    proves: a graph batch vector (one value per row, ascending, below n), a `ptr` (n + 1
+    boundaries from 0 to the rows), offsets (n starts from 0, ascending) or lengths (n counts
+    summing to the rows). Where two readings disagree, the field gets none (not proven)."""
+    index = [(name, t) for name, t in fields
+             if t.dim() == 1 and t.numel() and not t.is_floating_point() and t.dtype != torch.bool]
+    out = {}
+    for name, field in fields:
+        if field.dim() == 0 or field.shape[0] == n or field.shape[0] == 0:
+            continue
+        rows = int(field.shape[0])
+        # A padded layout ([T, B], [B, T] stacked otherwise) holds the batch in another dimension:
+        # offsets and lengths are no proof there; a batch vector or ptr, exact, still is.
+        padded = n in tuple(field.shape[1:])
+        found, agree = None, True
+        for other, g in index:
+            if other == name:
+                continue
+            for m in _readings(g.detach().cpu().long(), rows, n, padded):
+                if found is None:
+                    found = m
+                elif not torch.equal(found, m):
+                    agree = False
+        if found is not None and agree:
+            out[name] = found
+    return out
+
+
+def _readings(g, rows, n, padded):
+    """The row -> sample maps the values of g prove for a field of `rows` rows."""
+    out = []
+    steps = g[1:] - g[:-1] if g.numel() > 1 else g[:0]
+    ascending = bool((steps >= 0).all())
+    if g.numel() == rows and ascending and int(g.min()) >= 0 and int(g.max()) < n:
+        out.append(g.clone())  # a graph batch vector
+    if g.numel() == n + 1 and ascending and int(g[0]) == 0 and int(g[-1]) == rows:
+        out.append(torch.repeat_interleave(torch.arange(n), steps))  # ptr
+    if not padded and g.numel() == n:
+        if ascending and int(g[0]) == 0 and int(g[-1]) <= rows:  # offsets
+            out.append(torch.repeat_interleave(torch.arange(n), torch.cat([steps, torch.tensor([rows - int(g[-1])])])))
+        if int(g.min()) >= 0 and int(g.sum()) == rows:  # lengths
+            out.append(torch.repeat_interleave(torch.arange(n), g))
+    return out

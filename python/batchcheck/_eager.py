@@ -72,7 +72,7 @@ def _views(field, batch):
             yield v.t(), 1 - d
 
 
-def _rows(bad, arg, batch, fields=()):
+def _rows(bad, arg, batch, fields=(), maps=()):
     """The batch's samples where `bad` (a mask over `arg`, an op's argument) holds: batch-first
     where arg's first dimension is the batch's size, else through the one view of a field whose
     values arg equals ([T, B], [B*T] flattened, tgt[1:] flattened) where all such views agree;
@@ -83,6 +83,11 @@ def _rows(bad, arg, batch, fields=()):
     if bad.shape[0] == batch:
         return sorted(set((positions // max(1, bad[0].numel())).tolist()))
     values = arg.detach().cpu().reshape(-1)
+    # A field whose rows the batch's index structure maps to samples (_batch.row_maps), passed as it is.
+    for field, rows_to in maps:
+        if field.numel() == values.numel() and field.dim() and torch.equal(field.detach().cpu().reshape(-1).to(values.dtype), values):
+            rows = positions // max(1, field[0].numel())
+            return sorted(set(rows_to[rows[rows < len(rows_to)]].tolist()))
     found = None
     for field in fields:
         for view, d in _views(field.detach().cpu(), batch):
@@ -106,10 +111,11 @@ class OpChecks(TorchFunctionMode):
     """A TorchFunctionMode over one run of the step: each checked op's arguments are read before
     it runs; a fault that would raise stops the step (Stopped)."""
 
-    def __init__(self, batch, fields=()):
+    def __init__(self, batch, fields=(), maps=()):
         super().__init__()
         self.batch = batch
         self.fields = list(fields)  # the batch's tensors: what an op's argument may be made of (_rows)
+        self.maps = list(maps)  # (field, its rows' samples) where the batch's index structure proves them
         self.faults = []
         self.stack = []  # (module name, type) of the forwards running
 
@@ -127,7 +133,7 @@ class OpChecks(TorchFunctionMode):
                     raise Stopped(fault)
         return func(*args, **kwargs)
 
-    def _index(self, op, index, bound, what, bound_name, ignore=None, fault_id="index"):
+    def _index(self, op, index, bound, what, bound_name, ignore=None, fault_id="index", rows=None):
         if not isinstance(index, torch.Tensor) or index.is_floating_point() or index.numel() == 0:
             return None
         i = index.detach().cpu().long()
@@ -139,7 +145,8 @@ class OpChecks(TorchFunctionMode):
         values = i[bad]
         lo, hi = int(values.min()), int(values.max())
         fault = {"id": fault_id, "what": what, "bound_name": bound_name, "value": lo if lo < 0 and hi < bound else hi,
-                 "bound": int(bound), "rows": _rows(bad, i, self.batch, self.fields), "fatal": True,
+                 "bound": int(bound), "rows": rows if rows is not None else _rows(bad, i, self.batch, self.fields, self.maps),
+                 "fatal": True,
                  "site": _site(op, self.stack)}
         if self.stack and self.stack[-1][0]:
             fault["module_type"] = self.stack[-1][1]
@@ -147,6 +154,15 @@ class OpChecks(TorchFunctionMode):
 
     def embedding(self, input, weight, *args, **kwargs):
         return self._index("aten::embedding", input, weight.shape[0], "token id", "num_embeddings")
+
+    def embedding_bag(self, input, weight, offsets=None, *args, **kwargs):
+        """As embedding; a flat input's samples are its bags, cut by offsets."""
+        rows = None
+        if isinstance(input, torch.Tensor) and input.dim() == 1 and isinstance(offsets, torch.Tensor) and offsets.numel():
+            i = input.detach().cpu().long()
+            bad = torch.nonzero((i < 0) | (i >= weight.shape[0])).flatten()
+            rows = sorted(set((torch.searchsorted(offsets.detach().cpu().long(), bad, right=True) - 1).clamp(min=0).tolist()))
+        return self._index("aten::embedding_bag", input, weight.shape[0], "token id", "num_embeddings", rows=rows)
 
     def class_index(self, input, target, *args, ignore_index=-100, **kwargs):
         if not isinstance(input, torch.Tensor):
@@ -195,6 +211,7 @@ class OpChecks(TorchFunctionMode):
 
 _CHECKS = {
     F.embedding: OpChecks.embedding,
+    F.embedding_bag: OpChecks.embedding_bag,
     F.cross_entropy: OpChecks.class_index,
     F.nll_loss: OpChecks.nll,
     F.one_hot: OpChecks.one_hot,
@@ -246,6 +263,13 @@ class _ModuleStack:
         return False
 
 
+def _maps(fields, batch):
+    """(field, its rows' samples) of the fields the batch's index structure maps (_batch.row_maps)."""
+    from batchcheck._batch import row_maps
+    given = dict(fields)
+    return [(given[name], m) for name, m in row_maps(fields, batch).items()]
+
+
 def _tensors(fields):
     return [t for _, t in fields if isinstance(t, torch.Tensor)]
 
@@ -259,7 +283,7 @@ def run_step(captures, fields, train, batch, original=None):
     .grad stay untouched, and each parameter's NaN/Inf counted. `batch`: the batch's number of
     samples (its layout need not be batch-first)."""
     from batchcheck._capture import untouched
-    checks = OpChecks(batch, _tensors(fields))
+    checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
     owner = captures.owner
     try:
         with captures.scope(), _ModuleStack(checks, owner):
@@ -367,7 +391,7 @@ def localize(captures, fields, batch, original=None):
         if not _finite(p):
             name = name[len("model."):] if name.startswith("model.") else name
             return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
-    checks = OpChecks(batch, _tensors(fields))
+    checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
     seen = _FirstNonfinite(checks.stack)
     try:
         with captures.scope(), _ModuleStack(checks, owner), torch.no_grad():

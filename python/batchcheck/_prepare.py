@@ -71,8 +71,8 @@ class _EagerForward:
         (_eager.OpChecks), as the engine reads them in a graph, so that a token id past the
         embedding names its sample, not the whole batch."""
         from batchcheck._capture import record
-        from batchcheck._eager import OpChecks, Stopped, _ModuleStack, _tensors
-        checks = OpChecks(batch, _tensors(fields))
+        from batchcheck._eager import OpChecks, Stopped, _maps, _ModuleStack, _tensors
+        checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
         extra = {}
         try:
             with _ModuleStack(checks, self.model), checks:

@@ -20,9 +20,34 @@ from batchcheck._wire import _cut, _fields
 from batchcheck.report import Report
 
 
+def _innermost_batch_sampler(loader):
+    """The batch sampler that draws the indices: accelerate's BatchSamplerShard (a Trainer's loader)
+    and other wrappers hold the user's as .batch_sampler."""
+    bs = getattr(loader, "batch_sampler", None)
+    for _ in range(8):
+        inner = getattr(bs, "batch_sampler", None)
+        if inner is None or inner is bs:
+            break
+        bs = inner
+    return bs
+
+
 def _sampler_name(loader):
-    sampler = loader.batch_sampler if type(loader.batch_sampler).__name__ != "BatchSampler" else loader.sampler
+    bs = _innermost_batch_sampler(loader)
+    sampler = getattr(bs, "sampler", None) if type(bs).__name__ == "BatchSampler" or bs is not loader.batch_sampler \
+        else bs
+    if sampler is None:
+        sampler = loader.sampler
     return type(sampler).__name__
+
+
+def _batch_size(loader):
+    """The loader's batch size: its own, or (a loader built on a batch_sampler, as accelerate's
+    are) the batch sampler's."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    size = getattr(_innermost_batch_sampler(loader), "batch_size", None)
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def _rank_share(loader):
@@ -44,7 +69,7 @@ def _source(model, loader, step):
     if step is not None:
         what = "%s (step %s)" % (what, getattr(step, "__name__", type(step).__name__))
     return "batchcheck.scan(): %s on your DataLoader (%s, batch_size=%s%s)" % (
-        what, _sampler_name(loader), loader.batch_size, ", drop_last=True" if loader.drop_last else "")
+        what, _sampler_name(loader), _batch_size(loader), ", drop_last=True" if loader.drop_last else "")
 
 
 def _collate_name(loader):
@@ -214,7 +239,7 @@ class Session:
         # Only with workers: without, their Dataset would run in a thread beside the model's
         # preparation, and a transform drawing from torch's global RNG would race a trace for it.
         if server.live is not None and server.unpatch is not None and self.loader.num_workers > 0:
-            threading.Thread(target=server.read_ahead, daemon=True).start()
+            server.spawn(server.read_ahead)
         return first
 
     def prepare_model(self, model, first):

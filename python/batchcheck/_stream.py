@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 
 import torch
 
+from batchcheck._batch import row_maps
 from batchcheck._wire import _dtype, _fields, _file_of, _indexed_tensors, _nbytes, _recv, _send, _send_batch
 
 
@@ -91,6 +92,7 @@ class _Server:
         self.sock.bind(self.path)
         self.sock.listen(4)
         self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.workers = []  # the threads spawn() started (serving, reading ahead)
 
     def start_live(self):
         """The live iterator, recording the indices of each batch as the iterator itself draws
@@ -284,6 +286,13 @@ class _Server:
             fields.append({"name": name, "dtype": _dtype(t, name), "shape": list(t.shape[1:])})
         return {"samples": len(self.loader.dataset), "fields": fields, "libraries": self.libraries}
 
+    def spawn(self, target, *args):
+        """A thread of the scan's, joined by close(): none runs the user's code or torch after
+        scan() returns (a thread still inside torch at the interpreter's exit can abort it)."""
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self.workers.append(t)
+        t.start()
+
     def _accept(self):
         while True:
             try:
@@ -295,7 +304,7 @@ class _Server:
                     conn.close()
                     return
                 self.conns.add(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            self.spawn(self._serve, conn)
 
     def _serve(self, conn):
         credits = 0  # batches the engine asked to have pushed ahead of its requests
@@ -373,6 +382,11 @@ class _Server:
                     tensors.append((name, t.detach().cpu().contiguous()))
         elif self.captures is not None:
             capture, forward_error = self.captures.decide(tuple(indices), tensors)
+        # Rows that are not samples (a graph's nodes, a flat text), mapped through the batch's own
+        # index structure, so that a finding on them names their samples.
+        fields = [(n, t) for n, t in tensors if not n.startswith("batchcheck.")]
+        for name, rows in row_maps(fields, len(indices)).items():
+            tensors.append(("batchcheck.rows." + name, rows.contiguous()))
         header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
         if capture is not None and capture != self.captures.saved[0][0]:
             header["capture"] = capture  # another shape's archive, beside the model's
@@ -398,6 +412,9 @@ class _Server:
                 pass
         with self.lock:  # the batch being served or pushed is done
             pass
+        for t in [self.thread] + self.workers:
+            if t.is_alive() and t is not threading.current_thread():
+                t.join(timeout=30)
         if self.unpatch:
             self.unpatch()
         try:

@@ -253,6 +253,112 @@ def ctc_step(model, batch):
     return F.ctc_loss(model(x), y, torch.tensor(xl), torch.tensor(yl))
 
 
+# --- EmbeddingBag over a flat text cut by offsets (the text-classification tutorial's collate) ---
+
+def bag_collate(samples):
+    labels = torch.tensor([y for y, _ in samples])
+    offsets = torch.tensor([0] + [len(t) for _, t in samples[:-1]]).cumsum(0)
+    return labels, torch.cat([t for _, t in samples]), offsets
+
+
+class Bags(Dataset):
+    def __init__(self, n, bad=None):
+        g = torch.Generator().manual_seed(5)
+        self.items = [(int(torch.randint(0, 4, (1,), generator=g)),
+                       torch.randint(0, 30, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g)) for _ in range(n)]
+        if bad is not None:
+            self.items[bad][1][-1] = 33  # past the 30-token vocabulary
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+class BagNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.EmbeddingBag(30, 8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, text, offsets):
+        return self.fc(self.embedding(text, offsets))
+
+
+def bag_step(model, batch):
+    label, text, offsets = batch
+    return F.cross_entropy(model(text, offsets), label)
+
+
+# --- frames packed flat, cut by their lengths -----------------------------------------------------
+
+def flat_collate(samples):
+    return torch.cat([s[0] for s in samples]), [len(s[0]) for s in samples], torch.stack([s[1][0] for s in samples])
+
+
+def flat_step(model, batch):
+    frames, lengths, y = batch
+    pooled = torch.stack([chunk.mean(0) for chunk in torch.split(model(frames), lengths)])
+    return F.cross_entropy(pooled, y)
+
+
+class TestSamplesThroughTheBatchsIndexStructure(unittest.TestCase):
+    def test_a_nan_in_one_graphs_node_features(self):
+        from torch_geometric.loader import DataLoader as GraphLoader
+        torch.manual_seed(0)
+        model = GraphNet()
+        loader = GraphLoader(graphs(40, bad_x=27), batch_size=8)
+        report = batchcheck.scan(model, loader, step=graph_step, quiet=True)
+        self.assertEqual(real_loop(model, loader, graph_step), {3: "nonfinite loss"})
+        found = errors(report)
+        self.assertEqual(found["input-nonfinite"], [(3, [27])], report.text)  # the graph, through batch.batch
+        nan = [f for f in report.findings if f.id == "input-nonfinite"][0]
+        self.assertIn('field "batch.x"', report.text)
+        self.assertIn("in 1 sample of a batch of 8", nan.message)
+
+    def test_a_token_id_past_the_vocabulary_in_an_embedding_bags_flat_text(self):
+        torch.manual_seed(0)
+        model = BagNet()
+        for bad in (None, 13):
+            with self.subTest(bad=bad):
+                loader = DataLoader(Bags(40, bad), batch_size=8, collate_fn=bag_collate)
+                report = batchcheck.scan(model, loader, step=bag_step, quiet=True)
+                truth = real_loop(model, loader, bag_step)
+                if bad is None:
+                    self.assertEqual(truth, {})
+                    self.assertTrue(report.ok, report.text)
+                    continue
+                self.assertEqual(sorted(truth), [1])
+                found = error_batches(report)
+                self.assertEqual(sorted(found), [1], report.text)
+                self.assertEqual({s for v in found[1].values() for s in v}, {13}, report.text)
+                fixes = [x["id"] for f in report.findings if f.severity == "error" for x in f.data["fixes"]]
+                self.assertIn("resize-embeddings", fixes, report.text)  # an embedding's fixes
+
+    def test_frames_packed_flat_and_cut_by_their_lengths(self):
+        torch.manual_seed(0)
+        model = nn.Linear(6, 5)
+        loader = DataLoader(Utterances(24, 6), batch_size=4, collate_fn=flat_collate)
+        report = batchcheck.scan(model, loader, step=flat_step, quiet=True)
+        self.assertEqual(real_loop(model, loader, flat_step), {1: "nonfinite loss"})
+        self.assertEqual(errors(report)["input-nonfinite"], [(1, [6])], report.text)
+
+    def test_readings_of_the_index_structure(self):
+        from batchcheck._batch import row_maps
+        x = torch.zeros(7, 4)  # 7 rows of 4 features (a dimension of 3 would read as a padded [T, B] layout)
+        batch = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+        ptr = torch.tensor([0, 2, 5, 7])
+        self.assertEqual(row_maps([("x", x), ("batch", batch), ("ptr", ptr)], 3)["x"].tolist(), batch.tolist())
+        self.assertEqual(row_maps([("x", x), ("lengths", torch.tensor([2, 3, 2]))], 3)["x"].tolist(), batch.tolist())
+        self.assertEqual(row_maps([("x", x), ("offsets", torch.tensor([0, 2, 4]))], 3)["x"].tolist(), [0, 0, 1, 1, 2, 2, 2])
+        # [0, 2, 5] over 7 rows reads as offsets and as lengths (an empty first sample): not proven.
+        self.assertNotIn("x", row_maps([("x", x), ("offsets", torch.tensor([0, 2, 5]))], 3))
+        # Two readings that disagree prove nothing; a padded [T, B] field is the layouts' to read.
+        self.assertNotIn("x", row_maps([("x", x), ("lengths", torch.tensor([2, 3, 2])), ("other", torch.tensor([0, 1, 6]))], 3))
+        self.assertEqual(row_maps([("x", torch.zeros(7, 3, 2)), ("lengths", torch.tensor([2, 3, 2]))], 3), {})
+
+
 class TestAnyBatch(unittest.TestCase):
     def test_a_mapping_subclass_batch_encoding(self):
         model = TinyLM()
@@ -329,6 +435,16 @@ class TestAnyBatch(unittest.TestCase):
                 self.assertIn("input-nonfinite", found, report.text)
                 self.assertEqual(found["input-nonfinite"][0][0], 1, report.text)
                 self.assertIn('field "batch[0]"', report.text)  # the field by its path
+
+    def test_a_loader_prepared_by_accelerate_names_its_real_sampler_and_batch_size(self):
+        from accelerate import Accelerator
+        g = torch.Generator().manual_seed(6)
+        ds = torch.utils.data.TensorDataset(torch.rand(20, 6, generator=g), torch.randint(0, 3, (20,), generator=g))
+        loader = Accelerator(cpu=True).prepare(DataLoader(ds, batch_size=8, shuffle=True))
+        report = batchcheck.scan(nn.Linear(6, 3), loader, nn.CrossEntropyLoss(), quiet=True)
+        self.assertIn("RandomSampler", report.data["source"])
+        self.assertIn("batch_size=8", report.data["source"])
+        self.assertNotIn("batch_size=None", report.text)
 
     def test_a_batch_no_model_call_takes_is_refused_with_the_way_forward(self):
         loader = DataLoader(TwoViews(8), batch_size=4)

@@ -44,6 +44,8 @@ enum class ModelFormat { TorchScript, Pt2, Eager };
 inline constexpr const char* kEagerPredictionField = "batchcheck.prediction";
 // ... and loss.aux's outputs, each as "batchcheck.aux.<key>".
 inline constexpr const char* kEagerAuxPrefix = "batchcheck.aux.";
+// ... and a field's rows -> samples map, as "batchcheck.rows.<field>" (int64, one per row).
+inline constexpr const char* kRowSamplesPrefix = "batchcheck.rows.";
 // Which sampler feeds the DataLoader: SequentialSampler, RandomSampler (shuffle=True) or
 // DistributedSampler (its own defaults: shuffle=True, seed=0).
 enum class SamplerKind { Sequential, Random, Distributed };

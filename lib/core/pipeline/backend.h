@@ -225,6 +225,10 @@ class Backend {
   virtual std::vector<std::string> input_names() const { return {"inputs"}; }
   virtual TensorMeta input_meta(std::size_t /*field*/) const { return meta(Slot::Input); }
   virtual ValueStats check_input(std::size_t /*field*/, const ValueRule& rule) { return check(Slot::Input, rule); }
+  // The sample (position in the batch) of each row of input `field`, where the batch's own index
+  // structure proves it (a graph's batch vector, EmbeddingBag offsets, lengths); empty: its rows
+  // are the samples, or not known.
+  virtual std::vector<uint64_t> input_row_samples(std::size_t /*field*/) const { return {}; }
   virtual ValueStats check(Slot slot, const ValueRule& rule) = 0;
   virtual ForwardResult forward() = 0;
   virtual LossResult loss(const LossConfig& loss) = 0;

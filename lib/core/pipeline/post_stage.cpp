@@ -30,10 +30,13 @@ void name_part(std::vector<Emitted>& emitted, const char* part, const std::strin
 }
 
 ValueStats check_values(const LossConfig& loss, uint64_t batch_size, Slot slot, const ValueRule& rule, const TensorMeta& meta,
-                        BatchView& view, std::vector<Emitted>& out, const ValueStats* stats, bool rows_are_samples) {
+                        BatchView& view, std::vector<Emitted>& out, const ValueStats* stats, bool rows_are_samples,
+                        const std::vector<uint64_t>* row_samples) {
   ValueStats s = stats ? *stats : view.check(slot, rule);
   if (s.ok()) return s;
-  for (auto& e : value_findings(slot, rule, meta, view, s, loss, batch_size, rows_are_samples)) out.push_back(std::move(e));
+  for (auto& e : value_findings(slot, rule, meta, view, s, loss, batch_size, rows_are_samples, row_samples)) {
+    out.push_back(std::move(e));
+  }
   return s;
 }
 

@@ -39,7 +39,7 @@ PostResult post_stage(const LossConfig& loss, const PostInput& in, BatchView& vi
 // The value findings of one tensor: `stats` when already computed, else the view checks it.
 ValueStats check_values(const LossConfig& loss, uint64_t batch_size, Slot slot, const ValueRule& rule, const TensorMeta& meta,
                         BatchView& view, std::vector<Emitted>& out, const ValueStats* stats = nullptr,
-                        bool rows_are_samples = true);
+                        bool rows_are_samples = true, const std::vector<uint64_t>* row_samples = nullptr);
 
 // Findings of one of several input fields, or of an extra output, carry its name ("field"
 // or "output"): the ids are those of the one input or the prediction.

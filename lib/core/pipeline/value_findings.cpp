@@ -1,5 +1,7 @@
 #include "core/pipeline/value_findings.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/base/text.h"
@@ -66,8 +68,20 @@ std::vector<uint64_t> all_rows(uint64_t n) {
   return rows;
 }
 
+void rows_to_samples(ValueStats& s, const std::vector<uint64_t>& row_samples, uint64_t batch_size) {
+  std::vector<uint64_t> samples;
+  for (uint64_t r : s.bad_rows) {
+    if (r < row_samples.size() && row_samples[r] < batch_size) samples.push_back(row_samples[r]);
+  }
+  std::sort(samples.begin(), samples.end());
+  samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
+  s.bad_rows = std::move(samples);
+  s.bad_rows_total = s.bad_rows.size();
+}
+
 std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
-                                    ValueStats s, const LossConfig& loss_cfg, uint64_t batch_size, bool rows_are_samples) {
+                                    ValueStats s, const LossConfig& loss_cfg, uint64_t batch_size, bool rows_are_samples,
+                                    const std::vector<uint64_t>* row_samples) {
   std::vector<Emitted> out;
   if (s.ok()) return out;
   const LossType loss = loss_cfg.type;
@@ -81,6 +95,9 @@ std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const Tens
     ValueRule range_only = rule;
     range_only.finite = false;
     rg = view.check(slot, range_only);
+  }
+  if (row_samples && rows_are_samples) {
+    for (ValueStats* v : {&s, &nf, &rg}) rows_to_samples(*v, *row_samples, batch_size);
   }
   if (!rows_are_samples) {
     for (ValueStats* v : {&s, &nf, &rg}) {

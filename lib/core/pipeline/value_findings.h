@@ -28,7 +28,14 @@ std::vector<uint64_t> all_rows(uint64_t n);
 
 // `stats` is view.check(slot, rule), already known not ok. rows_are_samples false: the
 // tensor's rows are not the batch's (batch-dim-mismatch), so findings concern the whole batch.
+// row_samples: the sample (position in the batch) of each of the tensor's rows, where the batch's
+// own index structure proves it (a graph's batch vector, offsets, lengths): rows become samples.
 std::vector<Emitted> value_findings(Slot slot, const ValueRule& rule, const TensorMeta& meta, BatchView& view,
-                                    ValueStats stats, const LossConfig& loss, uint64_t batch_size, bool rows_are_samples);
+                                    ValueStats stats, const LossConfig& loss, uint64_t batch_size, bool rows_are_samples,
+                                    const std::vector<uint64_t>* row_samples = nullptr);
+
+// The samples of `s`'s bad rows through row_samples: distinct, ascending; a row past the map or
+// a sample past the batch is dropped (a map is believed only as far as it goes).
+void rows_to_samples(ValueStats& s, const std::vector<uint64_t>& row_samples, uint64_t batch_size);
 
 }  // namespace batchcheck

@@ -189,7 +189,9 @@ void Replayer::check_batch_stages(const BatchContext& ctx, const std::vector<int
     ValueStats stats = view.check(Slot::Input, *rule);
     if (stats.ok()) continue;
     std::vector<Emitted> emitted;
-    check_values(cfg_.loss, ctx.size(), Slot::Input, *rule, input, view, emitted, &stats);
+    const std::vector<uint64_t> row_samples = backend_.input_row_samples(k);
+    check_values(cfg_.loss, ctx.size(), Slot::Input, *rule, input, view, emitted, &stats, true,
+                 row_samples.empty() ? nullptr : &row_samples);
     if (names.size() > 1) name_part(emitted, "field", names[k]);
     apply(ctx, emitted);
   }

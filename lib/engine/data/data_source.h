@@ -40,6 +40,9 @@ struct GivenForward {
   std::optional<std::vector<GradStats>> gradients;
   std::string backward_error;
   std::optional<Localization> localization;  // where its first NaN/Inf was born, re-run there
+  // A field's rows -> the batch's samples, where batchcheck.scan() found the batch's own index
+  // structure proving it (a graph's batch vector, offsets, lengths): int64, one per row.
+  std::map<std::string, at::Tensor> row_samples;
 };
 
 class DataSource {

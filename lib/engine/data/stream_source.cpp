@@ -299,6 +299,12 @@ class StreamSource : public DataSource {
       } else if (name.rfind(kEagerAuxPrefix, 0) == 0) {
         if (!b.given) b.given.emplace();
         b.given->aux[name.substr(std::strlen(kEagerAuxPrefix))] = std::move(t);
+      } else if (name.rfind(kRowSamplesPrefix, 0) == 0) {
+        if (t.scalar_type() != at::kLong || t.dim() != 1) {
+          throw InputError(display_, "field \"" + name + "\"", "a row map that is not int64 and 1-D: not batchcheck's protocol");
+        }
+        if (!b.given) b.given.emplace();
+        b.given->row_samples[name.substr(std::strlen(kRowSamplesPrefix))] = std::move(t);
       } else {
         b.fields[name] = std::move(t);
       }

@@ -8,6 +8,7 @@
 #include "core/pipeline/forward_stage.h"
 #include "core/pipeline/loss_stage.h"
 #include "core/pipeline/post_stage.h"
+#include "core/pipeline/value_findings.h"
 
 using namespace batchcheck;
 
@@ -261,4 +262,33 @@ TEST(PostStage, FindsAndMeasures) {
   EXPECT_TRUE(r.emitted.empty());
   EXPECT_EQ(r.stats.pred_max, 0.9);
   EXPECT_FALSE(r.stats.loss);
+}
+
+// A field whose rows are not the samples (a graph's node features, a flat text): its bad rows
+// are named by the samples the batch's own index structure maps them to, and the words count
+// those samples, never "1 sample" with an empty list.
+TEST(ValueFindings, RowsMappedToSamplesThroughTheBatchsIndexStructure) {
+  LossConfig loss;
+  loss.type = LossType::Step;
+  FixedView view;
+  ValueStats s;
+  s.elements = 60;
+  s.nan = 2;
+  s.bad_rows = {4, 5, 11};  // node rows 4 and 5 are graph 1's, row 11 graph 3's
+  s.bad_rows_total = 3;
+  const std::vector<uint64_t> graph_of_row = {0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3};
+  ValueRule finite;
+  std::vector<Emitted> out =
+      value_findings(Slot::Input, finite, float_meta({12, 5}), view, s, loss, 4, true, &graph_of_row);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].id, "input-nonfinite");
+  EXPECT_EQ(out[0].rows, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(out[0].message, "inputs hold 2 NaNs in 2 samples of a batch of 4");
+  // A row past the map, or a sample past the batch, is not believed.
+  ValueStats past = s;
+  past.bad_rows = {2, 20};
+  const std::vector<uint64_t> bad_map = {0, 0, 9};
+  out = value_findings(Slot::Input, finite, float_meta({12, 5}), view, past, loss, 4, true, &bad_map);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].rows.empty());
 }
