@@ -166,7 +166,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
   if (!a.precision.empty()) {
     cmd.precision = parse_precision(a.precision);
     if (!cmd.precision) {
-      throw InputError("", "--precision", "unknown precision \"" + a.precision + "\"" +
+      throw InputError("", "--precision", "unknown precision \"" + excerpt(a.precision) + "\"" +
                                               did_you_mean(a.precision, {"fp32", "fp16", "bf16"}) + " (expected fp32, fp16 or bf16)");
     }
   }
@@ -174,7 +174,7 @@ int run_scan_cmd(const ScanArgs& a, std::ostream& out, std::ostream& err, bool i
     char* end = nullptr;
     const double share = std::strtod(a.half_headroom.c_str(), &end);
     if (end == a.half_headroom.c_str() || *end != '\0' || !(share > 0.0 && share <= 1.0)) {
-      throw InputError("", "--half-headroom", "\"" + a.half_headroom + "\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)");
+      throw InputError("", "--half-headroom", "\"" + excerpt(a.half_headroom) + "\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)");
     }
     cmd.half_headroom = share;
   }
@@ -272,6 +272,22 @@ int run_suggest(const SuggestArgs& a, std::ostream& out) {
 }
 
 // Progress is drawn only on a real terminal, never into a captured stream.
+// A flag given an empty value (--precision "", --half-headroom "") is a mistake of the command
+// line, refused as a malformed one is, never taken for the flag's absence.
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::App* cmd : app.get_subcommands()) {
+    for (const CLI::Option* opt : cmd->get_options()) {
+      // --log-file says what it needs in its own words (set_up_log).
+      if (opt->count() == 0 || opt->get_type_size() == 0 || opt->get_name() == "--log-file") continue;
+      for (const std::string& value : opt->results()) {
+        if (value.empty()) {
+          throw InputError("", opt->get_name(), "an empty value: give one (see 'batchcheck " + cmd->get_name() + " --help')");
+        }
+      }
+    }
+  }
+}
+
 bool stderr_is_terminal(const std::ostream& err) { return &err == &std::cerr && ::isatty(STDERR_FILENO); }
 
 // "unknown command "scna"; did you mean "scan"?" before CLI11's generic message.
@@ -417,6 +433,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       log_error(std::string(e.what()) + " (see 'batchcheck --help')");
       return 2;
     }
+    refuse_empty_values(app);
     if (suggest_cmd->parsed()) return run_suggest(sa, out);
     if (render_cmd->parsed()) return run_render(render_report, rv, out, err);
     if (merge_cmd->parsed()) return run_merge(ma, out, err);

@@ -13,6 +13,7 @@ from batchcheck import _arrays, _capture
 from batchcheck import export as _export
 from batchcheck._cli import binary
 from batchcheck._batch import describe, is_flat
+from batchcheck._janitor import Janitor
 from batchcheck._prepare import (StepCall, _EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
                                  model_captures, step_captures)
 from batchcheck._stream import _Engine, _Server
@@ -81,8 +82,10 @@ def _collate_name(loader):
     if fn is default_collate:
         return None
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    import keyword
     ok = isinstance(module, str) and module != "__main__" and name.isidentifier() and \
-        all(part.isidentifier() for part in module.split("."))
+        not keyword.iskeyword(name) and \
+        all(part.isidentifier() and not keyword.iskeyword(part) for part in module.split("."))
     if ok:
         import sys
         ok = getattr(sys.modules.get(module), name, None) is fn
@@ -135,8 +138,9 @@ class Session:
     def __init__(self, model, loader, order, sequential, o):
         self.o, self.loader = o, loader
         self.target_key, self.output = o.target_key, o.output
-        self.server = _Server(loader, order, o.input_key, o.target_key or "targets")
-        self.arrays = self.engine = self.guess = self.step_runner = None
+        self.janitor = Janitor()
+        self.server = _Server(loader, order, o.input_key, o.target_key or "targets", self.janitor)
+        self.arrays = self.engine = self.guess = self.step_runner = self.inputs_only = None
         n = len(loader.dataset)
         self.config = {"data": {"format": "stream", "path": self.server.path},
                        "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
@@ -184,6 +188,8 @@ class Session:
         """The config for the batch's fields (names)."""
         o = self.o
         inputs = [name for name in names if name != target_key or o.step is not None]  # a step takes them all
+        if self.inputs_only is not None:  # a nested batch's input, named by its path
+            inputs = list(self.inputs_only)
         m = {"mode": o.mode}
         if o.step is not None:
             m["inputs"] = inputs
@@ -216,7 +222,7 @@ class Session:
         split = whole or (self.random_access and cfg["model"].get("format") != "eager")
         self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
-        self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet)
+        self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet, self.janitor)
         self.launched = json.loads(json.dumps(cfg))  # as written: later edits of self.config are not in it
 
     def relaunch(self, cfg):
@@ -250,12 +256,17 @@ class Session:
             self.target_key = "labels" if isinstance(first, Mapping) and "labels" in first and "targets" not in first else "targets"
             server.target_key = self.target_key
         target_key = self.target_key
-        if o.step is None and not is_flat(first):
-            raise TypeError("batchcheck.scan: the loader yields %s, which is not one model input and its targets: pass "
-                            "step=, your training step step(model, batch) -> loss, which gets each batch as the loader "
-                            "yields it" % _cut(describe(first)))
         fields = _fields(first, o.input_key, target_key)
-        call = [name for name, _ in fields if name != target_key]
+        if o.step is None and not is_flat(first):
+            # input_key= and target_key= may name the leaves by their paths (batch[0][0], batch.x).
+            paths = [name for name, _ in fields]
+            if o.input_key not in paths or (o.loss is not None and target_key not in paths):
+                raise TypeError("batchcheck.scan: the loader yields %s, which is not one model input and its targets: "
+                                "pass step=, your training step step(model, batch) -> loss, which gets each batch as "
+                                "the loader yields it (or name the model's input and the targets by their paths, e.g. "
+                                "input_key=%r, target_key=%r)" % (_cut(describe(first)), paths[0], paths[-1]))
+            self.inputs_only = [o.input_key]
+        call = self.inputs_only or [name for name, _ in fields if name != target_key]
         if o.loss == "model" and target_key in dict(fields):
             call.append(target_key)  # forward computes its loss from them
         # forward's example: every field it is called with, in order (the targets too where
@@ -434,4 +445,4 @@ class Session:
     def close(self):
         _each(lambda: self.engine is not None and self.engine.stop(), self.server.close,
               lambda: self.arrays is not None and self.arrays.close(),
-              lambda: self.step_runner is not None and self.step_runner.close())
+              lambda: self.step_runner is not None and self.step_runner.close(), self.janitor.done)

@@ -4,6 +4,7 @@ and the engine's process itself. What crosses the socket is `_wire`'s."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,12 +18,30 @@ from batchcheck._batch import row_maps
 from batchcheck._wire import _dtype, _fields, _file_of, _indexed_tensors, _nbytes, _recv, _send, _send_batch
 
 
+_SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux
+
+
+def _same_user(conn):
+    """Whether the peer of a connection runs as this user (SO_PEERCRED): the batches are theirs."""
+    try:
+        import struct
+        _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        return uid == os.getuid()
+    except (OSError, AttributeError):  # no SO_PEERCRED here: the folder's permissions guard it
+        return True
+
+
 class _Engine:
     """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
 
-    def __init__(self, cmd, quiet):
+    def __init__(self, cmd, quiet, janitor=None):
         from batchcheck._cli import engine_env
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env())
+        # A session of its own: its whole group (the supervisor and its engine child) is ended
+        # together, here or by the janitor where this process ends without a word.
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
+                                     start_new_session=True)
+        if janitor is not None:
+            janitor.group(self.proc.pid)
         self.lines = []
         self.quiet = quiet
         self.pumping = threading.Thread(target=self._pump, daemon=True)
@@ -44,8 +63,16 @@ class _Engine:
     def stop(self):
         """Ends it if it still runs (the scan failed before it could be served)."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
             self.proc.wait()
+        else:
+            try:  # the supervisor ended: its engine child with it
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
         self.pumping.join(timeout=5)
         for f in (self.proc.stdout, self.proc.stderr):
             f.close()
@@ -58,7 +85,7 @@ class _Server:
     iterator itself and must match the batch asked for); any other set of samples (the engine's
     probes: a batch of one) is collate_fn([dataset[i] for i in indices]) in this process."""
 
-    def __init__(self, loader, expected, input_key, target_key):
+    def __init__(self, loader, expected, input_key, target_key, janitor=None):
         self.loader = loader
         self.input_key, self.target_key = input_key, target_key
         self.order = expected
@@ -87,7 +114,17 @@ class _Server:
         self.asked = False  # the engine asked for a batch: reading ahead stops
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
+        if janitor is not None:
+            janitor.folder(self.dir)
+        self.sock_dir = None
         self.path = os.path.join(self.dir, "loader.sock")
+        if len(os.fsencode(self.path)) > _SUN_PATH - 1:
+            # A TMPDIR too long for a Unix socket's path (108 bytes): the socket alone in a short
+            # private folder of its own, under /tmp.
+            self.sock_dir = tempfile.mkdtemp(prefix="bc-", dir="/tmp")
+            if janitor is not None:
+                janitor.folder(self.sock_dir)
+            self.path = os.path.join(self.sock_dir, "s")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
         self.sock.listen(4)
@@ -299,6 +336,9 @@ class _Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            if not _same_user(conn):
+                conn.close()
+                continue
             with self.lock:
                 if self.closing:
                     conn.close()
@@ -343,6 +383,8 @@ class _Server:
         except Exception as e:  # the loader itself failed: the engine reads a closed socket
             if self.error is None or isinstance(self.error, OSError):  # not hidden by a dead engine's pipe
                 self.error = e
+        except BaseException as e:  # KeyboardInterrupt, SystemExit in the user's step: theirs, raised by scan()
+            self.error = e
         finally:
             with self.lock:
                 self.conns.discard(conn)
@@ -421,3 +463,5 @@ class _Server:
             self.sock.close()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+            if self.sock_dir is not None:
+                shutil.rmtree(self.sock_dir, ignore_errors=True)

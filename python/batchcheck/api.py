@@ -65,8 +65,10 @@ def _precision(precision):
     try:
         return _PRECISIONS[precision]
     except (KeyError, TypeError):
-        raise ValueError("batchcheck.scan: precision=%r: expected \"fp32\", \"fp16\" or \"bf16\" (or torch.float16, "
-                         "torch.bfloat16)" % (precision,)) from None
+        shown = repr(precision)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."  # a 10 MB string is named, not echoed
+        raise ValueError("batchcheck.scan: precision=%s: expected \"fp32\", \"fp16\" or \"bf16\" (or torch.float16, "
+                         "torch.bfloat16)" % shown) from None
 
 
 def lightning_precision(precision):

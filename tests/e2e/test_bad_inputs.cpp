@@ -267,6 +267,10 @@ std::vector<BadInput> catalogue() {
        "batchcheck: error: --precision: unknown precision \"fp8\"; did you mean \"fp32\"? (expected fp32, fp16 or bf16)"},
       {"bad --half-headroom", on_valid([](Workspace&) {}, {"--half-headroom", "0"}), 2,
        "batchcheck: error: --half-headroom: \"0\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)"},
+      {"empty --precision", on_valid([](Workspace&) {}, {"--precision", ""}), 2,
+       "batchcheck: error: --precision: an empty value: give one (see 'batchcheck scan --help')"},
+      {"empty --half-headroom", on_valid([](Workspace&) {}, {"--half-headroom", ""}), 2,
+       "batchcheck: error: --half-headroom: an empty value: give one (see 'batchcheck scan --help')"},
       {"bad --device", on_valid([](Workspace&) {}, {"--device", "gpu0"}), 2,
        "batchcheck: error: --device: unknown device \"gpu0\" (expected cpu, cuda, cuda:N or auto)"},
       // --- not bad input: a model that raises is a finding ---

@@ -240,8 +240,8 @@ class TestScan(unittest.TestCase):
         engine = _session._Engine
 
         class Seen(engine):
-            def __init__(self, cmd, quiet):
-                super().__init__(cmd, quiet)
+            def __init__(self, cmd, quiet, janitor=None):
+                super().__init__(cmd, quiet, janitor)
                 with open(cmd[2]) as f:
                     commands.append(json.load(f)["data"])
 
@@ -450,9 +450,9 @@ class TestScan(unittest.TestCase):
         engine = _session._Engine
 
         class Seen(engine):
-            def __init__(self, cmd, quiet):
+            def __init__(self, cmd, quiet, janitor=None):
                 commands.append(cmd)
-                super().__init__(cmd, quiet)
+                super().__init__(cmd, quiet, janitor)
         _session._Engine = Seen
         try:
             report = batchcheck.scan(Net(), loader, nn.CrossEntropyLoss(), quiet=True, args=["--jobs", "2"])

@@ -453,7 +453,18 @@ class TestAnyBatch(unittest.TestCase):
         self.assertEqual(str(e.exception),
                          "batchcheck.scan: the loader yields list(list(Tensor, Tensor), Tensor), which is not one model "
                          "input and its targets: pass step=, your training step step(model, batch) -> loss, which gets "
-                         "each batch as the loader yields it")
+                         "each batch as the loader yields it (or name the model's input and the targets by their paths, "
+                         "e.g. input_key='batch[0][0]', target_key='batch[1]')")
+
+    def test_input_key_and_target_key_name_a_nested_batchs_leaves_by_their_paths(self):
+        torch.manual_seed(0)
+        model = nn.Linear(12, 4)
+        loader = DataLoader(TwoViews(50, bad=21), batch_size=16)
+        report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), input_key="batch[0][1]", target_key="batch[1]",
+                                 quiet=True)
+        truth = real_loop(model, loader, lambda m, b: F.cross_entropy(m(b[0][1]), b[1]))
+        self.assertEqual(truth, {1: "nonfinite loss"})
+        self.assertEqual(errors(report)["input-nonfinite"], [(1, [21])], report.text)
 
 
 class TestLeaves(unittest.TestCase):

@@ -78,6 +78,37 @@ std::string single_line(std::string_view s) {
   return out;
 }
 
+std::size_t utf8_length(std::string_view s) {
+  std::size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;  // every byte but a continuation starts one
+  return n;
+}
+
+std::string excerpt(std::string_view s, std::size_t max_chars) {
+  // A bounded prefix only: enough bytes for max_chars + 1 code points of up to 4 bytes each.
+  const std::size_t prefix = std::min<std::size_t>(s.size(), (max_chars + 1) * 4);
+  const std::string line = single_line(s.substr(0, prefix));
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;
+    if (chars == max_chars) return line.substr(0, i) + "...";
+    ++chars;
+  }
+  return prefix < s.size() ? line + "..." : line;
+}
+
+bool python_keyword(std::string_view name) {
+  static const char* const kKeywords[] = {
+      "False", "None",   "True",    "and",      "as",     "assert", "async", "await",  "break",
+      "class", "continue", "def",   "del",      "elif",   "else",   "except", "finally", "for",
+      "from",  "global", "if",      "import",   "in",     "is",     "lambda", "nonlocal", "not",
+      "or",    "pass",   "raise",   "return",   "try",    "while",  "with",  "yield"};
+  for (const char* k : kKeywords) {
+    if (name == k) return true;
+  }
+  return false;
+}
+
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {

@@ -20,6 +20,16 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 // Folds newlines and trims, so a message stays one line.
 std::string single_line(std::string_view s);
 
+// The characters (UTF-8 code points) of s: the unit of the limits the docs state.
+std::size_t utf8_length(std::string_view s);
+
+// A value echoed in an error line: one line, at most `max_chars` characters, cut with "..."
+// (a 7 MiB value is named, not repeated).
+std::string excerpt(std::string_view s, std::size_t max_chars = 40);
+
+// Whether `name` is a Python keyword (a dotted name of identifiers must hold none to be code).
+bool python_keyword(std::string_view name);
+
 // "a, b, c"
 std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
 std::string join_ints(const std::vector<int64_t>& items, std::string_view sep = ", ");

@@ -516,13 +516,15 @@ void parse_precision_key(const JsonObject& top, Config& cfg) {
     name = top.string("precision").value_or("");
   }
   const std::optional<Precision> d = parse_precision(name);
-  if (!d) top.fail("precision", "unknown precision \"" + name + "\" (expected fp32, fp16 or bf16)");
+  if (!d) top.fail("precision", "unknown precision \"" + excerpt(name) + "\" (expected fp32, fp16 or bf16)");
   cfg.precision.dtype = *d;
   cfg.precision.from = "the config's precision";
   if (p->is_object()) {
     // Where batchcheck.scan() was asked (scan(precision="fp16"), the step's own autocast).
     if (auto source = top.object("precision").string("source")) {
-      if (source->empty() || source->size() > 200) top.object("precision").fail("source", "expected a description of 1 to 200 characters");
+      if (source->empty() || utf8_length(*source) > 200) {
+        top.object("precision").fail("source", "expected a description of 1 to 200 characters");
+      }
       cfg.precision.from = single_line(*source);
     }
   }
@@ -536,7 +538,7 @@ Config config_from_json(const std::string& display_path, const json& root, const
   Config cfg;
   cfg.file = display_path;
   if (const std::optional<std::string> source = top.string("source")) {
-    if (source->empty() || source->size() > 300) top.fail("source", "expected a description of 1 to 300 characters");
+    if (source->empty() || utf8_length(*source) > 300) top.fail("source", "expected a description of 1 to 300 characters");
     cfg.source = single_line(*source);
   }
   parse_model(top.object("model"), base_dir, cfg.model);

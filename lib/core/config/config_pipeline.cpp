@@ -204,18 +204,30 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
   known.insert(known.end(), kNoEffect.begin(), kNoEffect.end());
   l.reject_unknown(known);
   if (const std::optional<std::string> fn = l.string("collate_fn")) {
-    // It becomes Python code in a fix: a dotted name of identifiers, nothing else.
-    bool ok = !fn->empty() && fn->size() <= 200 && fn->front() != '.' && fn->back() != '.';
+    // It becomes Python code in a fix: a dotted name of identifiers (Python 3's letters beyond
+    // ASCII too: a valid UTF-8 string's bytes past 0x7f), none of them a keyword, nothing else.
+    bool ok = !fn->empty() && utf8_length(*fn) <= 200 && fn->front() != '.' && fn->back() != '.';
     for (std::size_t i = 0; ok && i < fn->size(); ++i) {
-      const char ch = (*fn)[i];
-      ok = std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || (ch == '.' && (*fn)[i - 1] != '.') ;
-      if (ok && (i == 0 || (*fn)[i - 1] == '.') && std::isdigit(static_cast<unsigned char>(ch))) ok = false;
+      const unsigned char ch = static_cast<unsigned char>((*fn)[i]);
+      ok = std::isalnum(ch) || ch == '_' || ch >= 0x80 || (ch == '.' && (*fn)[i - 1] != '.');
+      if (ok && (i == 0 || (*fn)[i - 1] == '.') && std::isdigit(ch)) ok = false;
     }
-    if (!ok) l.fail("collate_fn", "expected a Python name such as \"mymodule.pad_collate\" (a module's function)");
+    for (std::size_t start = 0; ok && start <= fn->size();) {
+      const std::size_t dot = std::min(fn->find('.', start), fn->size());
+      ok = !python_keyword(std::string_view(*fn).substr(start, dot - start));
+      start = dot + 1;
+    }
+    if (!ok) {
+      l.fail("collate_fn", "expected a Python name such as \"mymodule.pad_collate\" (a module's function, no keyword), "
+                           "got \"" + excerpt(*fn) + "\"");
+    }
     out.collate_fn = *fn;
   }
   for (const auto& k : kNoEffect) {
     if (l.has(k)) out.ignored_keys.push_back(k);
+  }
+  if (l.has("order_name") && !l.has("order")) {
+    l.fail("order_name", "used only with \"order\": it names a recorded order (batchcheck.scan() writes both)");
   }
   if (auto order = l.string("order")) {
     // The recorded batches are the sampler, the batch size and drop_last at once.
@@ -229,7 +241,7 @@ void parse_loader(const JsonObject& l, const std::string& base, LoaderConfig& ou
     out.order_path = resolve_path(base, *order);
     // order_name: what the order is, where its file is not the user's (batchcheck.scan()'s).
     const std::optional<std::string> name = l.string("order_name");
-    if (name && (name->empty() || name->size() > 200)) l.fail("order_name", "expected a name of 1 to 200 characters");
+    if (name && (name->empty() || utf8_length(*name) > 200)) l.fail("order_name", "expected a name of 1 to 200 characters");
     out.order = std::make_shared<const RecordedOrder>(load_order(name ? single_line(*name) : *order, out.order_path));
     out.world_size = std::max<uint64_t>(1, out.order->ranks.size());
     if (l.has("order_rank")) {

@@ -644,3 +644,40 @@ TEST(Config, PrecisionAsTrained) {
   EXPECT_EQ(error_of(R"({"model": {"path": "m.pt2"}, "data": {"inputs": "x.npy"}, "loader": {"batch_size": 8}, "precision": "bf16"})"),
             std::string("batchcheck: error: cfg.json: precision: ") + kPt2NoPrecision);
 }
+
+// Text is text: names and limits in characters, keywords refused, echoes cut (issue 59, item 5).
+TEST(Config, CollateFnNamesAreValidPythonNamesCountedInCharacters) {
+  Config c = parse_config("cfg.json", with("loader", R"({"batch_size": 8, "collate_fn": "mymod.collé"})"), "/base");
+  EXPECT_EQ(c.loader.collate_fn, "mymod.collé");
+  for (const char* bad : {"import", "mymod.class", "a..b", "1abc", "a b"}) {
+    const std::string body = std::string(R"({"batch_size": 8, "collate_fn": ")") + bad + "\"}";
+    EXPECT_EQ(error_of(with("loader", body)),
+              std::string("batchcheck: error: cfg.json: loader.collate_fn: expected a Python name such as \"mymodule.pad_collate\" "
+                          "(a module's function, no keyword), got \"") + bad + "\"")
+        << bad;
+  }
+}
+
+TEST(Config, DescriptionLimitsCountCharactersNotBytes) {
+  std::string cjk;
+  for (int i = 0; i < 101; ++i) cjk += "模";  // 101 characters, 303 bytes
+  Config c = parse_config("cfg.json", R"({"source": ")" + cjk + R"(", "model": {"path": "m.pt"}, "data": {"inputs": "x.npy",
+    "targets": "y.npy"}, "loader": {"batch_size": 8}})", "/base");
+  EXPECT_EQ(c.source, cjk);
+  std::string long_source;
+  for (int i = 0; i < 301; ++i) long_source += "é";
+  EXPECT_EQ(error_of(R"({"source": ")" + long_source + R"(", "model": {"path": "m.pt"}, "data": {"inputs": "x.npy",
+    "targets": "y.npy"}, "loader": {"batch_size": 8}})"),
+            "batchcheck: error: cfg.json: source: expected a description of 1 to 300 characters");
+}
+
+TEST(Config, OrderNameWithoutAnOrderAndAHugePrecisionAreRefusedInOneShortLine) {
+  EXPECT_EQ(error_of(with("loader", R"({"batch_size": 8, "order_name": 7})")),
+            "batchcheck: error: cfg.json: loader.order_name: used only with \"order\": it names a recorded order "
+            "(batchcheck.scan() writes both)");
+  const std::string huge(7 << 20, 'x');
+  EXPECT_EQ(error_of(R"({"precision": ")" + huge + R"(", "model": {"path": "m.pt"}, "data": {"inputs": "x.npy",
+    "targets": "y.npy"}, "loader": {"batch_size": 8}})"),
+            "batchcheck: error: cfg.json: precision: unknown precision \"" + std::string(40, 'x') +
+                "...\" (expected fp32, fp16 or bf16)");
+}
