@@ -130,6 +130,7 @@ class _Server:
         self.sock.listen(4)
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.workers = []  # the threads spawn() started (serving, reading ahead)
+        self._first_fields = None
 
     def start_live(self):
         """The live iterator, recording the indices of each batch as the iterator itself draws
@@ -317,6 +318,11 @@ class _Server:
                 return failure
         return {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
 
+    def first_fields(self):
+        if self._first_fields is None:
+            self._first_fields = _fields(self.first, self.input_key, self.target_key)
+        return self._first_fields
+
     def hello(self):
         fields = []
         for name, t in _fields(self.first, self.input_key, self.target_key):
@@ -415,6 +421,13 @@ class _Server:
             _send(conn, json.dumps(header).encode())
             return
         tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
+        if self.forward is not None:
+            # A batch whose leaves vary with its size (a tuple of per-sample images, a probe of one
+            # sample): the first batch's fields it lacks go empty. Its code runs here on the batch
+            # itself; the engine only checks the values there are.
+            have = {n for n, _ in tensors}
+            tensors += [(n, torch.empty([0] + list(t.shape[1:]), dtype=t.dtype)) for n, t in self.first_fields()
+                        if n not in have]
         forward_error = capture = None
         extra = {}
         if self.forward is not None:  # their model or step, run eagerly here and checked

@@ -446,6 +446,24 @@ class TestAnyBatch(unittest.TestCase):
         self.assertIn("batch_size=8", report.data["source"])
         self.assertNotIn("batch_size=None", report.text)
 
+    def test_a_tuple_of_per_sample_images_and_dicts_whose_leaves_vary_with_the_batch(self):
+        # torchvision's detection collate, tuple(zip(*batch)): the tail and the probes hold fewer leaves.
+        g = torch.Generator().manual_seed(7)
+        items = [(torch.rand(3, 8, 8, generator=g), {"boxes": torch.rand(2, 4, generator=g), "labels": torch.tensor([1, 2])})
+                 for _ in range(7)]
+        items[5][1]["labels"][1] = 4  # past the 3 classes
+        model = nn.Sequential(nn.Flatten(), nn.Linear(192, 3))
+
+        def step(model, batch):
+            images, targets = batch
+            logits = model(torch.stack(images)).repeat_interleave(2, 0)
+            return F.cross_entropy(logits, torch.cat([t["labels"] for t in targets]))
+        loader = DataLoader(items, batch_size=3, collate_fn=lambda b: tuple(zip(*b)))
+        report = batchcheck.scan(model, loader, step=step, quiet=True)
+        truth = real_loop(model, loader, step)
+        self.assertEqual(sorted(truth), [1])
+        self.assertEqual(sorted(error_batches(report)), [1], report.text)
+
     def test_a_batch_no_model_call_takes_is_refused_with_the_way_forward(self):
         loader = DataLoader(TwoViews(8), batch_size=4)
         with self.assertRaises(TypeError) as e:
