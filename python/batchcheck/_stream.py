@@ -316,7 +316,29 @@ class _Server:
                 if path:
                     failure["file"] = path
                 return failure
-        return {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
+        failure = {"error": "collate", "field": "batch", "message": str(e) or type(e).__name__}
+        from torch.utils.data._utils.collate import default_collate
+        if self.loader.collate_fn is not default_collate:
+            failure["collate"] = "yours"
+            rows = self._collate_rows(indices, e)
+            if rows:
+                failure["rows"] = rows
+        return failure
+
+    def _collate_rows(self, indices, e, limit=256):
+        """The rows of a batch whose sample alone makes the user's collate_fn raise what the batch
+        raised (a label outside its list, a field it cannot read); [] where none does alone (a
+        mismatch between samples) or the batch is past `limit` samples."""
+        if len(indices) > limit:
+            return []
+        ds, rows = self.loader.dataset, []
+        for row, i in enumerate(indices):
+            try:
+                self.loader.collate_fn([ds[i]])
+            except Exception as one:  # noqa: BLE001 - the user's code: what it raised is the finding's
+                if type(one) is type(e) and str(one) == str(e):
+                    rows.append(row)
+        return rows if len(rows) < len(indices) else []
 
     def first_fields(self):
         if self._first_fields is None:

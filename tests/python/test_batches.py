@@ -464,6 +464,21 @@ class TestAnyBatch(unittest.TestCase):
         self.assertEqual(sorted(truth), [1])
         self.assertEqual(sorted(error_batches(report)), [1], report.text)
 
+    def test_a_collate_fn_that_raises_on_one_sample_names_it(self):
+        # torchaudio's speech-command tutorial: label_to_index(word) in the collate_fn.
+        labels = ["no", "yes"]
+        items = [(torch.rand(1, 20), "maybe" if i == 11 else labels[i % 2]) for i in range(24)]
+
+        def collate(batch):
+            return torch.stack([w for w, _ in batch]), torch.tensor([labels.index(word) for _, word in batch])
+        loader = DataLoader(items, batch_size=8, collate_fn=collate)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(20, 2))
+        report = batchcheck.scan(model, loader, step=lambda m, b: F.cross_entropy(m(b[0]), b[1]), quiet=True)
+        self.assertEqual(errors(report), {"collate-error": [(1, [11])]}, report.text)
+        f = report.errors()[0]
+        self.assertIn("your collate_fn raised on this batch: 'maybe' is not in list", f.message)
+        self.assertNotIn("pad-collate-variable-length", [x["id"] for x in f.fixes])
+
     def test_a_batch_no_model_call_takes_is_refused_with_the_way_forward(self):
         loader = DataLoader(TwoViews(8), batch_size=4)
         with self.assertRaises(TypeError) as e:

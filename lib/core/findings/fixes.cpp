@@ -443,7 +443,9 @@ void attach_fixes(Finding& f, const FixContext& c) {
     }
   } else if (id == "collate-error") {
     const std::string field = f.evidence.value("field", std::string("inputs"));
-    if (f.evidence.value("collate", std::string()) == "default") {
+    if (f.evidence.value("collate", std::string()) == "yours") {
+      // Their own code raised: what it needs is theirs to say; the batch rebuilt shows it.
+    } else if (f.evidence.value("collate", std::string()) == "default") {
       const bool inputs = field == "inputs";
       f.fixes.push_back({"pad-collate-variable-length",
                          "pad the variable-length " + field + " to the longest sample of each batch",

@@ -67,6 +67,7 @@ struct CollateFailure {
   // that differs is a shape too.
   std::vector<std::pair<std::vector<int64_t>, uint64_t>> shapes;
   std::vector<uint64_t> rows;  // row 0, then the rows whose shape differs from row 0's
+  bool users = false;  // the user's own collate_fn raised (batchcheck.scan()): its words, not a stacking's
 };
 
 // A sample the dataset cannot load (an image file PIL cannot open or decode): PyTorch raises

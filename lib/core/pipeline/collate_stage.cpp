@@ -10,6 +10,14 @@ Emitted collate_finding(const CollateFailure& failure) {
   Emitted e;
   e.id = "collate-error";
   e.stage = "collate";
+  if (failure.users) {
+    // The user's own collate_fn raised: its words, and the samples that raise it alone.
+    e.message = "your collate_fn raised on this batch: " + failure.error;
+    e.evidence = {{"field", failure.field}, {"collate", "yours"}, {"error", failure.error}};
+    e.rows = failure.rows;
+    e.total = failure.rows.size();
+    return e;
+  }
   std::vector<std::string> shapes;
   nlohmann::ordered_json shape_list = nlohmann::ordered_json::array();
   for (const auto& [shape, count] : failure.shapes) {

@@ -539,7 +539,18 @@ class StreamSource : public DataSource {
     CollateFailure c;
     c.field = text("field", "batch");
     c.error = message;
-    for (std::size_t r = 0; r < batch_size; ++r) c.rows.push_back(r);
+    c.users = text("collate", "") == "yours";
+    // The rows whose sample alone makes the user's collate_fn raise the same, where scan() found them.
+    if (const auto it = f.find("rows"); it != f.end() && it->is_array() && !it->empty()) {
+      for (const json& r : *it) {
+        if (!r.is_number_unsigned() || r.get<uint64_t>() >= batch_size) {
+          throw InputError(display_, "", "a failing row outside its batch: not batchcheck's protocol");
+        }
+        c.rows.push_back(r.get<uint64_t>());
+      }
+    } else {
+      for (std::size_t r = 0; r < batch_size; ++r) c.rows.push_back(r);
+    }
     throw CollateError{c};
   }
 

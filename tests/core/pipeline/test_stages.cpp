@@ -163,6 +163,17 @@ TEST(CollateStage, NamesTheCollateTheFieldAndTheShapes) {
   EXPECT_EQ(p.message, "pad_sequence cannot put this batch's inputs together: The size of tensor a (2) must match the "
                        "size of tensor b (3) at non-singleton dimension 1; the samples' shapes: [4, 2], [6, 3]");
   EXPECT_EQ(p.evidence["collate"], "pad");
+
+  // The user's own collate_fn raised (batchcheck.scan()): its words, the rows that raise it alone.
+  CollateFailure u;
+  u.field = "batch";
+  u.error = "'maybe' is not in list";
+  u.users = true;
+  u.rows = {5};
+  Emitted y = collate_finding(u);
+  EXPECT_EQ(y.message, "your collate_fn raised on this batch: 'maybe' is not in list");
+  EXPECT_EQ(y.rows, (std::vector<uint64_t>{5}));
+  EXPECT_EQ(y.evidence["collate"], "yours");
 }
 
 namespace {
