@@ -321,9 +321,26 @@ class _Server:
         if self.loader.collate_fn is not default_collate:
             failure["collate"] = "yours"
             rows = self._collate_rows(indices, e)
-            if rows:
-                failure["rows"] = rows
+        else:
+            rows = self._odd_shapes(indices)
+        if rows:
+            failure["rows"] = rows
         return failure
+
+    def _odd_shapes(self, indices, limit=4096):
+        """The rows of a batch default_collate could not stack whose samples' shapes differ from
+        the most common ones (a 32x32 image among 64x64): the samples it names."""
+        if len(indices) > limit:
+            return []
+        from collections import Counter
+
+        from batchcheck._batch import leaves
+        ds = self.loader.dataset
+        shapes = [tuple((p, tuple(t.shape)) for p, t in leaves(ds[i], "sample")[0]) for i in indices]
+        common, count = Counter(shapes).most_common(1)[0]
+        if count * 2 <= len(shapes):  # no shape most samples share: the batch as a whole
+            return []
+        return [row for row, s in enumerate(shapes) if s != common]
 
     def _collate_rows(self, indices, e, limit=256):
         """The rows of a batch whose sample alone makes the user's collate_fn raise what the batch

@@ -479,6 +479,13 @@ class TestAnyBatch(unittest.TestCase):
         self.assertIn("your collate_fn raised on this batch: 'maybe' is not in list", f.message)
         self.assertNotIn("pad-collate-variable-length", [x["id"] for x in f.fixes])
 
+    def test_default_collate_that_cannot_stack_names_the_sample_of_another_shape(self):
+        images = [(torch.rand(3, 16 if i == 19 else 32, 16 if i == 19 else 32), 0) for i in range(24)]
+        loader = DataLoader(images, batch_size=8)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 2))
+        report = batchcheck.scan(model, loader, step=lambda m, b: F.cross_entropy(m(b[0]), b[1]), quiet=True)
+        self.assertEqual(errors(report), {"collate-error": [(2, [19])]}, report.text)
+
     def test_a_batch_no_model_call_takes_is_refused_with_the_way_forward(self):
         loader = DataLoader(TwoViews(8), batch_size=4)
         with self.assertRaises(TypeError) as e:
