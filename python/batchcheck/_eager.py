@@ -164,6 +164,12 @@ class OpChecks(TorchFunctionMode):
             rows = sorted(set((torch.searchsorted(offsets.detach().cpu().long(), bad, right=True) - 1).clamp(min=0).tolist()))
         return self._index("aten::embedding_bag", input, weight.shape[0], "token id", "num_embeddings", rows=rows)
 
+    def gather(self, input, dim, index, *args, **kwargs):
+        """gather's index along `dim`, in [0, the size of that dimension) (a DQN's actions)."""
+        if not isinstance(input, torch.Tensor) or not isinstance(dim, int) or input.dim() == 0:
+            return None
+        return self._index("aten::gather", index, input.shape[dim], "index", "size")
+
     def class_index(self, input, target, *args, ignore_index=-100, **kwargs):
         if not isinstance(input, torch.Tensor):
             return None
@@ -212,6 +218,8 @@ class OpChecks(TorchFunctionMode):
 _CHECKS = {
     F.embedding: OpChecks.embedding,
     F.embedding_bag: OpChecks.embedding_bag,
+    torch.gather: OpChecks.gather,
+    torch.Tensor.gather: OpChecks.gather,
     F.cross_entropy: OpChecks.class_index,
     F.nll_loss: OpChecks.nll,
     F.one_hot: OpChecks.one_hot,

@@ -486,6 +486,24 @@ class TestAnyBatch(unittest.TestCase):
         report = batchcheck.scan(model, loader, step=lambda m, b: F.cross_entropy(m(b[0]), b[1]), quiet=True)
         self.assertEqual(errors(report), {"collate-error": [(2, [19])]}, report.text)
 
+    def test_a_namedtuple_batch_and_a_gather_index_past_its_dimension(self):
+        # A DQN's replay samples (cleanrl's update): a namedtuple per transition, its action gathered.
+        from collections import namedtuple
+        T = namedtuple("Transition", "observations actions rewards")
+        g = torch.Generator().manual_seed(8)
+        data = [T(torch.randn(4, generator=g), torch.randint(0, 2, (1,), generator=g), torch.ones(1)) for _ in range(40)]
+        data[21] = data[21]._replace(actions=torch.tensor([2]))  # 2 actions: 0 and 1
+        q = nn.Linear(4, 2)
+
+        def update(q, b):
+            return F.mse_loss(q(b.observations).gather(1, b.actions).squeeze(), b.rewards.flatten())
+        loader = DataLoader(data, batch_size=8)
+        report = batchcheck.scan(q, loader, step=update, quiet=True)
+        truth = real_loop(q, loader, update)
+        self.assertEqual(sorted(truth), [2])
+        self.assertEqual(error_batches(report), {2: {"forward-error": [21]}}, report.text)
+        self.assertIn("index 2 >= size 2 of aten::gather", report.text)
+
     def test_a_batch_no_model_call_takes_is_refused_with_the_way_forward(self):
         loader = DataLoader(TwoViews(8), batch_size=4)
         with self.assertRaises(TypeError) as e:

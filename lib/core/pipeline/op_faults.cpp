@@ -100,7 +100,7 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
     ev[f.bound_name] = f.bound;
     const bool target = f.id == "target-out-of-range";
     const char* cuda = target ? cuda_text::kClass
-                       : f.site.op == "aten::one_hot" ? cuda_text::kScatterIndex
+                       : f.site.op == "aten::one_hot" || f.site.op == "aten::gather" ? cuda_text::kScatterIndex
                                                         : "Assertion `srcIndex < srcSelectDimSize` failed.";
     out.push_back({target ? "target-out-of-range" : "forward-error", target ? "target" : "forward",
                    index_fault_text(f) + " in " + plural(rows.size(), "sample") + " of a batch of " + std::to_string(batch) +
