@@ -129,6 +129,41 @@ class TestHuggingFace(unittest.TestCase):
         hit = [f for f in caught.exception.report.errors() if f.id == "target-out-of-range"]
         self.assertEqual([f.samples for f in hit], [[11]])
 
+    def test_a_padding_collators_batch_encoding_through_the_callback(self):
+        # DataCollatorWithPadding yields a BatchEncoding (a Mapping, not a dict); the Trainer's loader
+        # is accelerate's, shuffled: the header names its real sampler and batch size.
+        import os
+        from transformers import BertTokenizerFast, DataCollatorWithPadding, Trainer, TrainingArguments
+        from batchcheck.huggingface import BatchCheckCallback
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "vocab.txt"), "w") as f:
+            f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d"]) + "\n")
+        tok = BertTokenizerFast(vocab_file=os.path.join(d, "vocab.txt"))
+        rows = [dict(tok(" ".join("abcd"[(i + k) % 4] for k in range(2 + i % 5))), labels=i % 3) for i in range(24)]
+        rows[11]["labels"] = 255
+
+        class Texts(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb, self.fc = nn.Embedding(tok.vocab_size, 8), nn.Linear(8, 3)
+
+            def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+                logits = self.fc(self.emb(input_ids).mean(1))
+                return {"logits": logits} if labels is None else {"loss": nn.functional.cross_entropy(logits, labels),
+                                                                 "logits": logits}
+        args = TrainingArguments(output_dir=d, num_train_epochs=1, per_device_train_batch_size=8, report_to=[],
+                                 use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=3)
+        check = BatchCheckCallback(nn.CrossEntropyLoss(), output="logits", quiet=True)
+        trainer = Trainer(model=Texts(), args=args, train_dataset=rows, data_collator=DataCollatorWithPadding(tok),
+                          callbacks=[check])
+        with self.assertRaises(batchcheck.ScanFailed) as caught:
+            trainer.train()
+        report = caught.exception.report
+        self.assertEqual([f.samples for f in report.errors() if f.id == "target-out-of-range"], [[11]], report.text)
+        self.assertIn("RandomSampler, batch_size=8", report.data["source"])
+        with self.assertRaisesRegex((IndexError, RuntimeError), "out of bounds|Target 255"):
+            Trainer(model=Texts(), args=args, train_dataset=rows, data_collator=DataCollatorWithPadding(tok)).train()
+
     def test_clean_dataset_trains(self):
         from batchcheck.huggingface import BatchCheckCallback
         check = BatchCheckCallback(nn.CrossEntropyLoss(), output="logits", quiet=True)
