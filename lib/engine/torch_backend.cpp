@@ -529,6 +529,16 @@ class TorchBackend : public Backend {
                        std::string("fp16 autocast on the CPU needs LibTorch 2.1 or later; this batchcheck links LibTorch ") +
                            TORCH_VERSION + ": scan in bf16 here, or on a GPU (--device cuda)");
     }
+    // "recorded" says the graph holds its casts (a step traced under its torch.autocast): a graph
+    // without one would run in float32 while the report said float16 was watched.
+    if (half_.recorded && model_) {
+      if (const std::optional<bool> casts = model_->casts_to(half_.dtype); casts && !*casts) {
+        throw InputError(cfg_.file, "precision.casts",
+                         std::string("\"recorded\", but the model's graph holds no cast to ") +
+                             (p == Precision::Fp16 ? "float16" : "bfloat16") +
+                             ": set \"casts\" to \"autocast\" (the engine enters torch.autocast), or leave precision out");
+      }
+    }
     autocast_ = !half_.recorded;
     // bench/precision.py measures the watch's cost against a scan without it.
     const char* off = std::getenv("BATCHCHECK_BENCH_NO_HALF_WATCH");

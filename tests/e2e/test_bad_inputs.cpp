@@ -267,6 +267,12 @@ std::vector<BadInput> catalogue() {
        "batchcheck: error: --precision: unknown precision \"fp8\"; did you mean \"fp32\"? (expected fp32, fp16 or bf16)"},
       {"bad --half-headroom", on_valid([](Workspace&) {}, {"--half-headroom", "0"}), 2,
        "batchcheck: error: --half-headroom: \"0\" is not a share of float16's range above 0 and at most 1 (e.g. 0.5)"},
+      {"recorded casts the graph lacks", on_valid([](Workspace& w) {
+         write_text(w.file("cfg.json"),
+                    replace(kGood, "\"loss\"", "\"precision\": {\"dtype\": \"bf16\", \"casts\": \"recorded\"}, \"loss\""));
+       }),
+       2, e + "cfg.json: precision.casts: \"recorded\", but the model's graph holds no cast to bfloat16: set \"casts\" to "
+              "\"autocast\" (the engine enters torch.autocast), or leave precision out"},
       {"empty --precision", on_valid([](Workspace&) {}, {"--precision", ""}), 2,
        "batchcheck: error: --precision: an empty value: give one (see 'batchcheck scan --help')"},
       {"empty --half-headroom", on_valid([](Workspace&) {}, {"--half-headroom", ""}), 2,

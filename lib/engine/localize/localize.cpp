@@ -496,4 +496,34 @@ Localization ForwardLocalizer::result(const at::Tensor& prediction, const Locali
   return l;
 }
 
+
+namespace {
+
+bool block_casts_to(jit::Block* block, at::ScalarType dtype) {
+  for (jit::Node* n : block->nodes()) {
+    for (jit::Block* b : n->blocks()) {
+      if (block_casts_to(b, dtype)) return true;
+    }
+    const std::string kind = n->kind().toQualString();
+    if (kind == "aten::_autocast_to_reduced_precision") return true;
+    if (kind != "aten::to" && kind != "aten::_to_copy") continue;
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    if (!schema) continue;
+    for (std::size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+      if (schema->arguments()[a].name() != "dtype") continue;
+      std::optional<c10::IValue> c = jit::toIValue(n->input(a));
+      if (c && c->isInt() && static_cast<at::ScalarType>(c->toInt()) == dtype) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool graph_casts_to(const std::shared_ptr<torch::jit::Graph>& forward, at::ScalarType dtype) {
+  std::shared_ptr<jit::Graph> g = forward->copy();
+  jit::Inline(*g);
+  return block_casts_to(g->block(), dtype);
+}
+
 }  // namespace batchcheck

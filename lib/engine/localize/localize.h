@@ -19,6 +19,10 @@ struct Graph;
 
 namespace batchcheck {
 
+// Whether the inlined graph casts to `dtype` anywhere (aten::to / aten::_to_copy with that
+// constant dtype, autocast's own casts): a graph that holds the casts of a torch.autocast.
+bool graph_casts_to(const std::shared_ptr<torch::jit::Graph>& forward, at::ScalarType dtype);
+
 class ForwardLocalizer {
  public:
   // `forward`: the module's forward graph (self first); copied, inlined and instrumented here.

@@ -56,6 +56,9 @@ class ModelRunner {
                                                const std::function<at::Tensor(const c10::IValue&)>& /*prediction*/) {
     return std::nullopt;
   }
+  // Whether forward's graph casts to `dtype` (the casts of a torch.autocast it was traced under);
+  // nullopt where the format keeps no graph to read.
+  virtual std::optional<bool> casts_to(at::ScalarType /*dtype*/) { return std::nullopt; }
   // Half precision, through the instrumented copy, autograd off: with req.nonfinite, the op
   // whose output first went non-finite, and (fp32_max) the largest |value| the same op makes
   // on a float32 run of the batch; with req.peak, the op whose half output held the largest

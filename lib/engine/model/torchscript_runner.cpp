@@ -76,6 +76,11 @@ class TorchScriptRunner : public ModelRunner {
     return localizer_->result(out.isNone() ? at::Tensor() : prediction(out), req);
   }
 
+  std::optional<bool> casts_to(at::ScalarType dtype) override {
+    torch::jit::Method method = module_.get_method("forward");
+    return graph_casts_to(torch::jit::toGraphFunction(method.function()).graph(), dtype);
+  }
+
   std::optional<Localization> localize_half(const std::vector<c10::IValue>& inputs, const LocalizeRequest& req,
                                             const HalfRun& run) override {
     torch::jit::Method method = module_.get_method("forward");
