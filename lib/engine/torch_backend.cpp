@@ -431,7 +431,6 @@ class TorchBackend : public Backend {
                                             loss_terms_.front().second.numel() != 1);
     if (step && several) {
       r.error = "grad can be implicitly created only for scalar outputs";
-      loss_ = at::Tensor();
       output_ = output_.detach();
       return r;
     }

@@ -77,12 +77,15 @@ def leaves(batch, root="batch"):
     limits). Lists of numbers are tensors here; strings, None and other values are not fields."""
     out, skipped, seen = [], [], set()
 
+    def keep(path, t):
+        if t.layout != torch.strided or t.dtype not in _SENDABLE or t.is_nested or len(out) >= MAX_LEAVES:
+            skipped.append(path)
+        else:
+            out.append((path, t))
+
     def walk(x, path, depth):
         if isinstance(x, torch.Tensor):
-            if x.layout != torch.strided or x.dtype not in _SENDABLE or x.is_nested or len(out) >= MAX_LEAVES:
-                skipped.append(path)
-            else:
-                out.append((path, x))
+            keep(path, x)
             return
         if isinstance(x, (str, bytes, int, float, bool, complex)) or x is None:
             return
@@ -98,7 +101,7 @@ def leaves(batch, root="batch"):
         elif isinstance(x, (tuple, list)):
             numbers = _numbers(x)
             if numbers is not None:
-                out.append((path, numbers)) if len(out) < MAX_LEAVES else skipped.append(path)
+                keep(path, numbers)
                 return
             for k, v in enumerate(x):
                 walk(v, "%s[%d]" % (path, k), depth + 1)

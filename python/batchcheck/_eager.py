@@ -126,7 +126,7 @@ class OpChecks(TorchFunctionMode):
             with torch._C.DisableTorchFunction():
                 fault = check(self, *args, **kwargs)
             if fault is not None:
-                if self.stack and self.stack[-1][0] and "module_type" not in fault:
+                if self.stack and self.stack[-1][0]:
                     fault["module_type"] = self.stack[-1][1]  # "criterion (BCELoss)"
                 self.faults.append(fault)
                 if fault.get("fatal", True):
@@ -148,8 +148,6 @@ class OpChecks(TorchFunctionMode):
                  "bound": int(bound), "rows": rows if rows is not None else _rows(bad, i, self.batch, self.fields, self.maps),
                  "fatal": True,
                  "site": _site(op, self.stack)}
-        if self.stack and self.stack[-1][0]:
-            fault["module_type"] = self.stack[-1][1]
         return fault
 
     def embedding(self, input, weight, *args, **kwargs):
@@ -271,27 +269,26 @@ class _ModuleStack:
         return False
 
 
-def _maps(fields, batch):
-    """(field, its rows' samples) of the fields the batch's index structure maps (_batch.row_maps)."""
-    from batchcheck._batch import row_maps
+def _maps(fields, maps):
+    """(field, its rows' samples) of the fields the batch's index structure maps: `maps`, the
+    stream's _batch.row_maps of the batch (made once a batch, for the engine too)."""
     given = dict(fields)
-    return [(given[name], m) for name, m in row_maps(fields, batch).items()]
+    return [(given[name], m) for name, m in (maps or {}).items() if name in given]
 
 
 def _tensors(fields):
     return [t for _, t in fields if isinstance(t, torch.Tensor)]
 
 
-def run_step(captures, fields, train, batch, original=None):
+def run_step(captures, fields, train, batch, original=None, maps=None):
     """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
     exception it raised or None). `captures`: a StepCall (the step on `original`, the batch as
     the loader yielded it) or Captures (on the fields). In train mode the loss is backpropagated
     as training's loss.backward() does it (a loss of more than one element, or one without a
     graph, raises what backward raises), through torch.autograd.grad so that the parameters'
     .grad stay untouched, and each parameter's NaN/Inf counted. `batch`: the batch's number of
-    samples (its layout need not be batch-first)."""
-    from batchcheck._capture import untouched
-    checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
+    samples (its layout need not be batch-first). `maps`: (field, its rows' samples), _maps'."""
+    checks = OpChecks(batch, _tensors(fields), maps or ())
     owner = captures.owner
     try:
         with captures.scope(), _ModuleStack(checks, owner):
@@ -386,11 +383,10 @@ class _FirstNonfinite(TorchDispatchMode):
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
 
 
-def localize(captures, fields, batch, original=None):
+def localize(captures, fields, batch, original=None, maps=None):
     """Where the first NaN/Inf of a failing batch was born, its step run once more eagerly: a
     model input that holds it, a parameter that does, or the first op that made it from finite
     values. Localization's fields (core/findings/root_cause.h); None where nothing was seen."""
-    from batchcheck._capture import untouched
     for (name, t) in fields:
         if isinstance(t, torch.Tensor) and not _finite(t):
             return {"origin": "input", "kind": "nonfinite", "name": name, "output": _summary(name, t)}
@@ -399,7 +395,7 @@ def localize(captures, fields, batch, original=None):
         if not _finite(p):
             name = name[len("model."):] if name.startswith("model.") else name
             return {"origin": "parameter", "kind": "nonfinite", "name": name, "output": _summary(name, p)}
-    checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
+    checks = OpChecks(batch, _tensors(fields), maps or ())
     seen = _FirstNonfinite(checks.stack)
     try:
         with captures.scope(), _ModuleStack(checks, owner), torch.no_grad():

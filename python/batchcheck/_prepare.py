@@ -65,14 +65,14 @@ class _EagerForward:
             out, aux = _float(out), {k: _float(t) for k, t in aux.items()}
         return out, aux
 
-    def serve(self, fields, batch, original=None):
+    def serve(self, fields, batch, original=None, maps=None):
         """(the tensors to send or None, what the batch's header adds), `batch`: its number of
         samples. Forward with the arguments of its index and loss ops read before they run
         (_eager.OpChecks), as the engine reads them in a graph, so that a token id past the
         embedding names its sample, not the whole batch."""
         from batchcheck._capture import record
         from batchcheck._eager import OpChecks, Stopped, _maps, _ModuleStack, _tensors
-        checks = OpChecks(batch, _tensors(fields), _maps(fields, batch))
+        checks = OpChecks(batch, _tensors(fields), _maps(fields, maps))
         extra = {}
         try:
             with _ModuleStack(checks, self.model), checks:
@@ -252,9 +252,9 @@ def model_captures(model, call, keywords, pick, mode, folder):
 class StepCall:
     """The user's step as written, on each batch as the loader yielded it (a private copy of it:
     in-place work on the batch stays in that run), the default way a step runs (ARCHITECTURE.md).
-    `owner` holds the model and the modules the step reaches; its parameters are put back after
-    each run (a momentum encoder's no_grad update moves them, as training would, but the scan
-    must leave the user's model as it found it), its buffers by _capture.untouched."""
+    `owner` holds the model and the modules the step reaches; its parameters and buffers are put
+    back after each run from one snapshot (a momentum encoder's no_grad update moves them, as
+    training would, but the scan must leave the user's model as it found it)."""
 
     what = "step"
 
@@ -263,7 +263,7 @@ class StepCall:
         self.mode = mode
         params = list(self.owner.parameters())
         self.device = params[0].device if params else torch.device("cpu")
-        self.precision = _capture_dtype(precision)
+        self.precision = precision  # scan(precision=)'s name: autocast_for takes it as it is
         self.saved = [(p, p.detach().clone()) for p in params] + \
             [(b, b.detach().clone()) for b in self.owner.buffers()]
         self.autocast = set()  # (device type, dtype) of the torch.autocast the step enters (its first run)
@@ -313,11 +313,6 @@ class StepCall:
                     p.data = saved.clone()
 
 
-def _capture_dtype(precision):
-    from batchcheck._capture import HALF_DTYPES
-    return HALF_DTYPES.get(precision) if isinstance(precision, str) else precision
-
-
 class _EagerStep:
     """The user's step run eagerly in this process, where no capture of it can be made (it raises
     on every batch tried), checked as a capture is (_eager.py): its loss goes to the engine as the
@@ -326,17 +321,19 @@ class _EagerStep:
     def __init__(self, captures):
         self.captures = captures  # a StepCall (the step as written), or the Captures of one that raises on every batch
 
-    def serve(self, fields, batch, original=None):
+    def serve(self, fields, batch, original=None, maps=None):
         """(the loss or None, what the batch's header adds); `batch`: its number of samples,
-        `original`: the batch as the loader yielded it (what a StepCall runs the step on)."""
+        `original`: the batch as the loader yielded it (what a StepCall runs the step on), `maps`:
+        the rows -> samples of its fields whose rows are not its samples (_batch.row_maps)."""
         from batchcheck._capture import message, record
-        from batchcheck._eager import localize, run_step
-        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch, original)
+        from batchcheck._eager import _maps, localize, run_step
+        maps = _maps(fields, maps)
+        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch, original, maps)
         extra = {}
         nonfinite = (loss is not None and not bool(torch.isfinite(loss).all())) or \
             any(f.get("nonfinite") for f in faults) or any(g["nan"] + g["inf"] for g in grads or ())
         if nonfinite:  # the failing batch once more, to say where its first NaN/Inf was born
-            root = localize(self.captures, fields, batch, original)
+            root = localize(self.captures, fields, batch, original, maps)
             if root is not None:
                 extra["root_cause"] = root
         if faults:

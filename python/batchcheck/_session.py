@@ -117,6 +117,19 @@ def _without_jobs(args):
     return out
 
 
+def _halves(autocast):
+    """{dtype: device type} of the half-precision torch.autocast a step entered ((device, dtype) seen)."""
+    return {dtype: device for device, dtype in autocast if dtype in (torch.float16, torch.bfloat16)}
+
+
+def _recorded(halves):
+    """The config's precision for a step that enters a half-precision torch.autocast of its own:
+    its casts are in what runs (the capture's graph, or the step itself), none added."""
+    dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
+    return {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
+            "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+
+
 def _step_notes(runner, precision):
     """What the report says of a step run as written."""
     notes = []
@@ -293,7 +306,6 @@ class Session:
             if not is_flat(first) or (not halves and o.precision in (None, "fp32")):
                 self._eager_step(runner, names, target_key, halves, bce)
                 return
-            self.here = False
             self.relaunch(self.engine_config(False, names, target_key, self.output))
         if o.step is not None:
             captures = step_captures(model, o.step, first, names, o.mode, self.server.dir)
@@ -360,16 +372,13 @@ class Session:
             self.arrays.close()
             self.arrays = None
         if halves and self.o.precision in (None, "fp32"):
-            dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
-            self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
-                                        "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+            self.config["precision"] = _recorded(halves)
         if bce and "precision" in self.config:
             self.config["precision"]["bce_in_step"] = True
         cfg = self.engine_config(True, names, target_key, self.output)
         if self.engine is None or cfg != self.launched:
             self.relaunch(cfg)
         self.server.forward = _EagerStep(runner)
-        self.step_runner = runner
 
     def _first_run(self, runner, first):
         """One run of the step on the first batch: the torch.autocast it enters itself ({dtype:
@@ -385,20 +394,17 @@ class Session:
                     pass
         finally:
             runner.put_back()
-        halves = {dtype: device for device, dtype in runner.autocast if dtype in (torch.float16, torch.bfloat16)}
-        return halves, mode.seen
+        return _halves(runner.autocast), mode.seen
 
     def _step_precision(self, captures, candidates):
         """A step that enters torch.autocast holds its casts in its capture: the engine runs them as
         they are (no autocast of its own around them) and watches the half values. A step that
         calls binary_cross_entropy inside it is told too (CUDA refuses it there)."""
-        halves = {dtype: device for device, dtype in captures.autocast if dtype in (torch.float16, torch.bfloat16)}
+        halves = _halves(captures.autocast)
         if not halves and self.o.precision in (None, "fp32"):
             return
         if halves:
-            dtype = torch.float16 if torch.float16 in halves else torch.bfloat16
-            self.config["precision"] = {"dtype": "fp16" if dtype == torch.float16 else "bf16", "casts": "recorded",
-                                        "source": "your step's torch.autocast(%r, dtype=%s)" % (halves[dtype], dtype)}
+            self.config["precision"] = _recorded(halves)
         if _capture.bce_under_autocast(captures, candidates, None if halves else self.o.precision):
             self.config["precision"]["bce_in_step"] = True
         if self.engine is not None and self.launched.get("precision") != self.config["precision"]:

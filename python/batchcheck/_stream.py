@@ -4,7 +4,6 @@ and the engine's process itself. What crosses the socket is `_wire`'s."""
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,8 +35,8 @@ class _Engine:
 
     def __init__(self, cmd, quiet, janitor=None):
         from batchcheck._cli import engine_env
-        # A session of its own: its whole group (the supervisor and its engine child) is ended
-        # together, here or by the janitor where this process ends without a word.
+        # A session of its own, so that the janitor can end it by its group where this process ends
+        # without a word; its engine child dies with it (PR_SET_PDEATHSIG, supervise/engine_child).
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
                                      start_new_session=True)
         if janitor is not None:
@@ -63,16 +62,8 @@ class _Engine:
     def stop(self):
         """Ends it if it still runs (the scan failed before it could be served)."""
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                self.proc.kill()
+            self.proc.kill()
             self.proc.wait()
-        else:
-            try:  # the supervisor ended: its engine child with it
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
         self.pumping.join(timeout=5)
         for f in (self.proc.stdout, self.proc.stderr):
             f.close()
@@ -467,20 +458,19 @@ class _Server:
             have = {n for n, _ in tensors}
             tensors += [(n, torch.empty([0] + list(t.shape[1:]), dtype=t.dtype)) for n, t in self.first_fields()
                         if n not in have]
+        # Rows that are not samples (a graph's nodes, a flat text), mapped through the batch's own
+        # index structure, so that a finding on them names their samples (here and in the engine).
+        maps = row_maps(tensors, len(indices))
         forward_error = capture = None
         extra = {}
         if self.forward is not None:  # their model or step, run eagerly here and checked
-            pred, extra = self.forward.serve(tensors, len(indices), batch)
+            pred, extra = self.forward.serve(tensors, len(indices), batch, maps)
             if pred is not None:  # the prediction, or it and aux='s outputs by their field names
                 for name, t in (pred.items() if isinstance(pred, dict) else [("batchcheck.prediction", pred)]):
                     tensors.append((name, t.detach().cpu().contiguous()))
         elif self.captures is not None:
             capture, forward_error = self.captures.decide(tuple(indices), tensors)
-        # Rows that are not samples (a graph's nodes, a flat text), mapped through the batch's own
-        # index structure, so that a finding on them names their samples.
-        fields = [(n, t) for n, t in tensors if not n.startswith("batchcheck.")]
-        for name, rows in row_maps(fields, len(indices)).items():
-            tensors.append(("batchcheck.rows." + name, rows.contiguous()))
+        tensors += [("batchcheck.rows." + name, rows.contiguous()) for name, rows in maps.items()]
         header = {"fields": [{"name": n, "dtype": _dtype(t, n), "shape": list(t.shape)} for n, t in tensors]}
         if capture is not None and capture != self.captures.saved[0][0]:
             header["capture"] = capture  # another shape's archive, beside the model's

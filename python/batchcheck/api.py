@@ -65,10 +65,9 @@ def _precision(precision):
     try:
         return _PRECISIONS[precision]
     except (KeyError, TypeError):
-        shown = repr(precision)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."  # a 10 MB string is named, not echoed
+        from batchcheck._wire import _cut
         raise ValueError("batchcheck.scan: precision=%s: expected \"fp32\", \"fp16\" or \"bf16\" (or torch.float16, "
-                         "torch.bfloat16)" % shown) from None
+                         "torch.bfloat16)" % _cut(repr(precision), 40)) from None  # a 10 MB string is named, not echoed
 
 
 def lightning_precision(precision):

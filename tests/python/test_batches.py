@@ -53,6 +53,19 @@ def error_batches(report):
     return out
 
 
+def clean_then_faulty(test, model, loader_of, step, bad):
+    """The scan and the real loop on the clean loader (loader_of(None): both pass), then on the
+    faulty one (loader_of(bad)): its (report, truth, loader)."""
+    for case in (None, bad):
+        loader = loader_of(case)
+        report = batchcheck.scan(model, loader, step=step, quiet=True)
+        truth = real_loop(model, loader, step)
+        if case is None:
+            test.assertEqual(truth, {})
+            test.assertTrue(report.ok, report.text)
+    return report, truth, loader
+
+
 def state(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -320,21 +333,14 @@ class TestSamplesThroughTheBatchsIndexStructure(unittest.TestCase):
     def test_a_token_id_past_the_vocabulary_in_an_embedding_bags_flat_text(self):
         torch.manual_seed(0)
         model = BagNet()
-        for bad in (None, 13):
-            with self.subTest(bad=bad):
-                loader = DataLoader(Bags(40, bad), batch_size=8, collate_fn=bag_collate)
-                report = batchcheck.scan(model, loader, step=bag_step, quiet=True)
-                truth = real_loop(model, loader, bag_step)
-                if bad is None:
-                    self.assertEqual(truth, {})
-                    self.assertTrue(report.ok, report.text)
-                    continue
-                self.assertEqual(sorted(truth), [1])
-                found = error_batches(report)
-                self.assertEqual(sorted(found), [1], report.text)
-                self.assertEqual({s for v in found[1].values() for s in v}, {13}, report.text)
-                fixes = [x["id"] for f in report.findings if f.severity == "error" for x in f.data["fixes"]]
-                self.assertIn("resize-embeddings", fixes, report.text)  # an embedding's fixes
+        report, truth, _ = clean_then_faulty(
+            self, model, lambda bad: DataLoader(Bags(40, bad), batch_size=8, collate_fn=bag_collate), bag_step, 13)
+        self.assertEqual(sorted(truth), [1])
+        found = error_batches(report)
+        self.assertEqual(sorted(found), [1], report.text)
+        self.assertEqual({s for v in found[1].values() for s in v}, {13}, report.text)
+        fixes = [x["id"] for f in report.findings if f.severity == "error" for x in f.data["fixes"]]
+        self.assertIn("resize-embeddings", fixes, report.text)  # an embedding's fixes
 
     def test_frames_packed_flat_and_cut_by_their_lengths(self):
         torch.manual_seed(0)
@@ -362,20 +368,13 @@ class TestSamplesThroughTheBatchsIndexStructure(unittest.TestCase):
 class TestAnyBatch(unittest.TestCase):
     def test_a_mapping_subclass_batch_encoding(self):
         model = TinyLM()
-        for bad in (None, 13):
-            with self.subTest(bad=bad):
-                loader = DataLoader(Texts(40, bad), batch_size=8, collate_fn=encoding_collate)
-                report = batchcheck.scan(model, loader, step=text_step, quiet=True)
-                truth = real_loop(model, loader, text_step)
-                if bad is None:
-                    self.assertEqual(truth, {})
-                    self.assertTrue(report.ok, report.text)
-                    continue
-                self.assertEqual(sorted(truth), [1])
-                self.assertIn("index out of range", truth[1])
-                found = error_batches(report)
-                self.assertEqual(sorted(found), [1], report.text)
-                self.assertEqual({s for v in found[1].values() for s in v}, {13}, report.text)
+        report, truth, _ = clean_then_faulty(
+            self, model, lambda bad: DataLoader(Texts(40, bad), batch_size=8, collate_fn=encoding_collate), text_step, 13)
+        self.assertEqual(sorted(truth), [1])
+        self.assertIn("index out of range", truth[1])
+        found = error_batches(report)
+        self.assertEqual(sorted(found), [1], report.text)
+        self.assertEqual({s for v in found[1].values() for s in v}, {13}, report.text)
         # Without a step: the BatchEncoding is a Mapping of tensors, its keys the fields.
         loader = DataLoader(Texts(40, 13), batch_size=8, collate_fn=encoding_collate)
         report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), target_key="labels", quiet=True)
@@ -386,55 +385,34 @@ class TestAnyBatch(unittest.TestCase):
     def test_a_two_view_nested_batch(self):
         torch.manual_seed(0)
         model = Encoder()
-        for bad in (None, 21):
-            with self.subTest(bad=bad):
-                loader = DataLoader(TwoViews(50, bad), batch_size=16)
-                report = batchcheck.scan(model, loader, step=contrastive_step, quiet=True)
-                truth = real_loop(model, loader, contrastive_step)
-                if bad is None:
-                    self.assertEqual(truth, {})
-                    self.assertTrue(report.ok, report.text)
-                    continue
-                self.assertEqual(truth, {1: "nonfinite loss"})
-                found = errors(report)
-                self.assertEqual(found["input-nonfinite"], [(1, [21])], report.text)
-                nan = [f for f in report.findings if f.id == "input-nonfinite"][0]
-                self.assertIn("batch[0][1]", nan.message)  # the field by its path in the batch
+        report, truth, _ = clean_then_faulty(
+            self, model, lambda bad: DataLoader(TwoViews(50, bad), batch_size=16), contrastive_step, 21)
+        self.assertEqual(truth, {1: "nonfinite loss"})
+        found = errors(report)
+        self.assertEqual(found["input-nonfinite"], [(1, [21])], report.text)
+        nan = [f for f in report.findings if f.id == "input-nonfinite"][0]
+        self.assertIn("batch[0][1]", nan.message)  # the field by its path in the batch
 
     def test_a_graph_batch(self):
         from torch_geometric.loader import DataLoader as GraphLoader
         torch.manual_seed(0)
         model = GraphNet()
-        for bad_y in (None, 19):
-            with self.subTest(bad_y=bad_y):
-                loader = GraphLoader(graphs(40, bad_y=bad_y), batch_size=8)
-                report = batchcheck.scan(model, loader, step=graph_step, quiet=True)
-                truth = real_loop(model, loader, graph_step)
-                if bad_y is None:
-                    self.assertEqual(truth, {})
-                    self.assertTrue(report.ok, report.text)
-                    continue
-                self.assertEqual(sorted(truth), [2])
-                self.assertIn("out of bounds", truth[2])
-                self.assertEqual(errors(report), {"target-out-of-range": [(2, [19])]}, report.text)
+        report, truth, _ = clean_then_faulty(
+            self, model, lambda bad: GraphLoader(graphs(40, bad_y=bad), batch_size=8), graph_step, 19)
+        self.assertEqual(sorted(truth), [2])
+        self.assertIn("out of bounds", truth[2])
+        self.assertEqual(errors(report), {"target-out-of-range": [(2, [19])]}, report.text)
 
     def test_a_tuple_holding_python_lists(self):
         torch.manual_seed(0)
         model = Acoustic()
-        for bad in (None, 6):
-            with self.subTest(bad=bad):
-                loader = DataLoader(Utterances(24, bad), batch_size=4, collate_fn=ctc_collate)
-                report = batchcheck.scan(model, loader, step=ctc_step, quiet=True)
-                truth = real_loop(model, loader, ctc_step)
-                if bad is None:
-                    self.assertEqual(truth, {})
-                    self.assertTrue(report.ok, report.text)
-                    continue
-                self.assertEqual(truth, {1: "nonfinite loss"})
-                found = errors(report)
-                self.assertIn("input-nonfinite", found, report.text)
-                self.assertEqual(found["input-nonfinite"][0][0], 1, report.text)
-                self.assertIn('field "batch[0]"', report.text)  # the field by its path
+        report, truth, _ = clean_then_faulty(
+            self, model, lambda bad: DataLoader(Utterances(24, bad), batch_size=4, collate_fn=ctc_collate), ctc_step, 6)
+        self.assertEqual(truth, {1: "nonfinite loss"})
+        found = errors(report)
+        self.assertIn("input-nonfinite", found, report.text)
+        self.assertEqual(found["input-nonfinite"][0][0], 1, report.text)
+        self.assertIn('field "batch[0]"', report.text)  # the field by its path
 
     def test_a_loader_prepared_by_accelerate_names_its_real_sampler_and_batch_size(self):
         from accelerate import Accelerator

@@ -19,6 +19,20 @@ namespace {
 
 constexpr std::size_t kChainShown = 5;
 
+// The input index of a cast's constant dtype argument and that dtype (aten::to, aten::_to_copy),
+// or nullopt for any other node or a dtype computed at run time.
+std::optional<std::pair<std::size_t, at::ScalarType>> cast_dtype(const jit::Node* n) {
+  if (n->kind() != c10::aten::to && n->kind() != c10::aten::_to_copy) return std::nullopt;
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (!schema) return std::nullopt;
+  for (std::size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
+    if (schema->arguments()[a].name() != "dtype") continue;
+    std::optional<c10::IValue> c = jit::toIValue(n->input(a));
+    if (c && c->isInt()) return std::make_pair(a, static_cast<at::ScalarType>(c->toInt()));
+  }
+  return std::nullopt;
+}
+
 bool is_tensor(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
 
 // The smallest and largest value of an op's output in one pass, on the op's device (the check
@@ -144,18 +158,10 @@ struct ForwardLocalizer::Impl {
   void strip_casts(jit::Block* block) {
     for (jit::Node* n : block->nodes()) {
       for (jit::Block* b : n->blocks()) strip_casts(b);
-      if (n->kind() != c10::aten::to && n->kind() != c10::aten::_to_copy) continue;
-      const c10::FunctionSchema* schema = n->maybeSchema();
-      if (!schema) continue;
-      for (std::size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
-        if (schema->arguments()[a].name() != "dtype") continue;
-        std::optional<c10::IValue> c = jit::toIValue(n->input(a));
-        if (!c || !c->isInt()) continue;
-        const auto dtype = static_cast<c10::ScalarType>(c->toInt());
-        if (dtype != at::kHalf && dtype != at::kBFloat16) continue;
-        jit::WithInsertPoint guard(n);
-        n->replaceInput(a, graph->insertConstant(static_cast<int64_t>(at::kFloat)));
-      }
+      const auto cast = cast_dtype(n);
+      if (!cast || (cast->second != at::kHalf && cast->second != at::kBFloat16)) continue;
+      jit::WithInsertPoint guard(n);
+      n->replaceInput(cast->first, graph->insertConstant(static_cast<int64_t>(at::kFloat)));
     }
   }
 
@@ -504,16 +510,9 @@ bool block_casts_to(jit::Block* block, at::ScalarType dtype) {
     for (jit::Block* b : n->blocks()) {
       if (block_casts_to(b, dtype)) return true;
     }
-    const std::string kind = n->kind().toQualString();
-    if (kind == "aten::_autocast_to_reduced_precision") return true;
-    if (kind != "aten::to" && kind != "aten::_to_copy") continue;
-    const c10::FunctionSchema* schema = n->maybeSchema();
-    if (!schema) continue;
-    for (std::size_t a = 0; a < schema->arguments().size() && a < n->inputs().size(); ++a) {
-      if (schema->arguments()[a].name() != "dtype") continue;
-      std::optional<c10::IValue> c = jit::toIValue(n->input(a));
-      if (c && c->isInt() && static_cast<at::ScalarType>(c->toInt()) == dtype) return true;
-    }
+    if (std::string(n->kind().toQualString()) == "aten::_autocast_to_reduced_precision") return true;
+    const auto cast = cast_dtype(n);
+    if (cast && cast->second == dtype) return true;
   }
   return false;
 }
