@@ -205,6 +205,26 @@ std::vector<BadInput> catalogue() {
          write_text(w.file("cfg.json"), replace(kGood, "{\"path\": \"m.pt\"}", "{\"path\": \"m.pt\", \"output\": 2}"));
        }),
        2, e + "cfg.json: model.output: index 2 is out of range: the model returns 2 elements"},
+      // An aux index past the tuple is out of range, not the prediction by wrap-around (3 % 3 == 0).
+      {"aux index out of range", on_valid([](Workspace& w) {
+         w.model("def forward(self, x):\n    return (x.sum(1, keepdim=True), x, x)\n");
+         write_text(w.file("cfg.json"), replace(replace(kGood, "{\"path\": \"m.pt\"}", "{\"path\": \"m.pt\", \"output\": 0}"),
+                                                "{\"type\": \"mse\"}", "{\"type\": \"mse\", \"aux\": {\"3\": 0.5}}"));
+       }),
+       2, e + "cfg.json: loss.aux.3: index 3 is out of range: the model returns 3 elements"},
+      {"aux index far out of range", on_valid([](Workspace& w) {
+         w.model("def forward(self, x):\n    return (x.sum(1, keepdim=True), x, x)\n");
+         write_text(w.file("cfg.json"), replace(replace(kGood, "{\"path\": \"m.pt\"}", "{\"path\": \"m.pt\", \"output\": 0}"),
+                                                "{\"type\": \"mse\"}", "{\"type\": \"mse\", \"aux\": {\"-4\": 0.5}}"));
+       }),
+       2, e + "cfg.json: loss.aux.-4: index -4 is out of range: the model returns 3 elements"},
+      {"aux index the prediction's own", on_valid([](Workspace& w) {
+         w.model("def forward(self, x):\n    return (x.sum(1, keepdim=True), x, x)\n");
+         write_text(w.file("cfg.json"), replace(replace(kGood, "{\"path\": \"m.pt\"}", "{\"path\": \"m.pt\", \"output\": 0}"),
+                                                "{\"type\": \"mse\"}", "{\"type\": \"mse\", \"aux\": {\"-3\": 0.5}}"));
+       }),
+       2, e + "cfg.json: loss.aux.-3: is the same element of the model's 3 outputs as model.output, the prediction itself; "
+              "list only the extra outputs"},
       {"forward returns a tuple", on_valid([](Workspace& w) { w.model("def forward(self, x):\n    return (x, x)\n"); }), 2,
        e + "cfg.json: model.output: the model returns a tuple, not a tensor; set \"output\" to the index or key of the prediction"},
       // --- npy ---

@@ -134,7 +134,8 @@ SelectedOutputs select_outputs(const c10::IValue& out, const Config& cfg) {
       const int64_t n = out.isTuple() ? static_cast<int64_t>(out.toTupleRef().elements().size())
                         : out.isList() ? static_cast<int64_t>(out.toListRef().size())
                                        : 0;
-      if (n > 0 && (idx % n + n) % n == (main_idx % n + n) % n) {
+      // Out of range is pick()'s error below, never "the same element" by wrap-around.
+      if (n > 0 && idx >= -n && idx < n && (idx % n + n) % n == (main_idx % n + n) % n) {
         throw InputError(s.file, s.where, "is the same element of the model's " + std::to_string(n) +
                                               " outputs as model.output, the prediction itself; list only the extra outputs");
       }
