@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from batchcheck._capture import _library
+from batchcheck._prepare import OutputPathError
 
 
 class Stopped(Exception):
@@ -297,6 +298,8 @@ def run_step(captures, fields, train, batch, original=None, maps=None):
                     loss = captures.run_on(fields, original)
             except Stopped:
                 return None, checks.faults, None, None
+            except OutputPathError:  # scan(output=) names nothing there: the scan's error, not the batch's
+                raise
             except Exception as e:  # the step's own error: the batch's finding
                 return None, checks.faults, None, e
             grads = None

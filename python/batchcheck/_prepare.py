@@ -18,21 +18,108 @@ class _Keywords(torch.nn.Module):
     def __init__(self, model, names, pick):
         super().__init__()
         self.model = model
-        self.names = list(names)
+        self.names = None if names is None else list(names)
         self.pick = pick
 
     def forward(self, *args):
+        if self.names is None:  # positional: output= is a path the engine cannot select itself
+            return _select(self.model(*args), self.pick)
         return _select(self.model(**dict(zip(self.names, args))), self.pick)
+
+
+class OutputPathError(ValueError):
+    """output= names nothing in what forward returned: the scan's configuration, never a batch's
+    finding (raised through the step and the forward it runs in)."""
+
+
+def output_path(output):
+    """output= as _select takes it: None, an index, a key, or a path into what forward returns
+    (`out["logits"]`, `out[0][1]`, `out.logits`, or a tuple of keys and indices) as a tuple of
+    steps ("[]", key) / (".", name). A single subscript stays a key or index: the engine selects
+    that itself. Raises ValueError in one line for anything else."""
+    if output is None or isinstance(output, int) and not isinstance(output, bool):
+        return output
+    if isinstance(output, (tuple, list)) and output and \
+            all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in output):
+        steps = tuple(("[]", k) for k in output)
+        return steps[0][1] if len(steps) == 1 else steps
+    if not isinstance(output, str):
+        raise ValueError("batchcheck.scan: output= is an index, a key or a path such as 'out[\"logits\"]', got %s"
+                         % type(output).__name__)
+    if not output.startswith("out") or len(output) == 3 or output[3].isalnum() or output[3] == "_":
+        return output  # a key of the dict forward returns ("out", "outputs")
+    import ast
+    from batchcheck._wire import _cut
+    steps = []
+    try:
+        node = ast.parse(output, mode="eval").body
+    except (SyntaxError, ValueError):
+        node = None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute):
+            steps.append((".", node.attr))
+        else:
+            key = node.slice.value if type(node.slice).__name__ == "Index" else node.slice  # ast.Index: Python 3.8
+            if not isinstance(key, ast.Constant) or not isinstance(key.value, (str, int)) or isinstance(key.value, bool):
+                if isinstance(key, ast.UnaryOp) and isinstance(key.op, ast.USub) and isinstance(key.operand, ast.Constant) \
+                        and type(key.operand.value) is int:
+                    steps.append(("[]", -key.operand.value))
+                    node = node.value
+                    continue
+                node = None
+                break
+            steps.append(("[]", key.value))
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id != "out" or not steps:
+        raise ValueError("batchcheck.scan: output=%s is not a path into what forward returns (out): write it as "
+                         "'out[\"logits\"]', 'out[0][1]' or 'out.logits'" % _cut(repr(output)))
+    steps.reverse()
+    return steps[0][1] if len(steps) == 1 and steps[0][0] == "[]" else tuple(steps)
+
+
+def is_path(pick):
+    """Whether output= is a path the engine cannot select itself (an adapter returns the prediction)."""
+    return isinstance(pick, tuple)
+
+
+def path_text(steps):
+    from batchcheck._batch import _key
+    return "out" + "".join("[%s]" % _key(k) if kind == "[]" else "." + k for kind, k in steps)
 
 
 def _select(out, pick):
     """The prediction in what forward returned: out[pick] of a dict (a ModelOutput too), the
-    pick-th (an index) or first element of a tuple, else out itself."""
+    pick-th (an index) or first element of a tuple, the element at the end of a path, else out
+    itself."""
+    if is_path(pick):
+        for i, (kind, k) in enumerate(pick):
+            try:
+                out = getattr(out, k) if kind == "." else out[k]
+            except (KeyError, IndexError, TypeError, AttributeError) as e:
+                raise OutputPathError("batchcheck.scan: output=%s: %s is %s, which has no %s (%s)" % (
+                    path_text(pick), path_text(pick[:i]), _what(out), path_text(pick[i:i + 1])[3:],
+                    type(e).__name__)) from None
+        return out
     if isinstance(out, dict):
         return out[pick]
     if isinstance(out, (tuple, list)):
         return out[pick if isinstance(pick, int) else 0]
     return out
+
+
+def _what(x):
+    if isinstance(x, torch.Tensor):
+        import warnings
+        with warnings.catch_warnings():  # a traced shape is tensors: read as numbers, the trace is not kept
+            warnings.simplefilter("ignore")
+            return "a tensor of shape %s" % [int(d) for d in x.shape]
+    if isinstance(x, Mapping):
+        from batchcheck._batch import _key
+        from batchcheck._wire import _cut
+        return "a %s (keys: %s)" % (type(x).__name__, _cut(", ".join(_key(k) for k in list(x)[:8])))
+    if isinstance(x, (tuple, list)):
+        return "a %s of %d" % (type(x).__name__, len(x))
+    return "a " + type(x).__name__
 
 
 class _EagerForward:
@@ -81,6 +168,8 @@ class _EagerForward:
             out = {"batchcheck.prediction": pred, **{"batchcheck.aux." + k: t for k, t in aux.items()}}
         except Stopped:
             out = None
+        except OutputPathError:
+            raise
         except Exception as e:  # what their forward raised: the engine classifies it
             out = None
             extra["forward_error"] = record(e, self.model.named_modules())
@@ -239,7 +328,7 @@ def model_captures(model, call, keywords, pick, mode, folder):
     captures per batch shape proven against the model itself, as the step's are: a trace freezes
     a sequence length read as a Python number, and loses PyTorch's checks written in Python."""
     from batchcheck._capture import Captures
-    target = _Keywords(model, call, pick) if keywords else model
+    target = _Keywords(model, call if keywords else None, pick) if keywords or is_path(pick) else model
     params = list(target.parameters())
     device = params[0].device if params else torch.device("cpu")
 
@@ -364,8 +453,8 @@ def _failure_reason(e):
 def _engine_model(model, call, keywords, fields, x, pick, mode):
     """The model for the engine: traced through the keyword adapter (returning out[pick]), else
     scripted or traced; raises where neither works."""
-    if keywords:
+    if keywords or is_path(pick):
         example = tuple(dict(fields)[name] for name in call)
-        return _export._trace(_Keywords(model, call, pick), example, mode)
+        return _export._trace(_Keywords(model, call if keywords else None, pick), example, mode)
     scripted, _ = _export._script_or_trace(model, x, mode)
     return scripted

@@ -14,8 +14,8 @@ from batchcheck import export as _export
 from batchcheck._cli import binary
 from batchcheck._batch import describe, is_flat
 from batchcheck._janitor import Janitor
-from batchcheck._prepare import (StepCall, _EagerForward, _EagerStep, _engine_model, _failure_reason, _keyword_names,
-                                 model_captures, step_captures)
+from batchcheck._prepare import (OutputPathError, StepCall, _EagerForward, _EagerStep, _engine_model, _failure_reason,
+                                 _keyword_names, is_path, model_captures, step_captures)
 from batchcheck._stream import _Engine, _Server
 from batchcheck._wire import _cut, _fields
 from batchcheck.report import Report
@@ -289,7 +289,7 @@ class Session:
         keywords = isinstance(first, Mapping) and _keyword_names(model, call)
         # What the keyword adapter (or the eager forward) selects from forward's output.
         pick = self.output if self.output is not None else ("loss" if o.loss == "model" else "logits")
-        if keywords:
+        if keywords or is_path(pick):
             self.output = None  # the adapter returns the prediction itself
         names = [name for name, _ in fields]
         if self.guess is not None:
@@ -339,7 +339,7 @@ class Session:
                     scripted = _export._trace(model, x, o.mode)
                     scripted.save(self.model_path)
             except Exception as e:
-                if o.eager is False:
+                if o.eager is False or isinstance(e, OutputPathError):
                     raise
                 warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
                               "runs eagerly in this process on a copy, the arguments of its index and loss ops checked "

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from batchcheck import export as _export
-from batchcheck._prepare import _loss_step
+from batchcheck._prepare import _loss_step, is_path, output_path
 from batchcheck._session import Session
 from batchcheck.report import Finding, Occurrence, Report, ScanFailed
 
@@ -138,6 +138,10 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     passes float16's 65,504 is half-overflow, one at half of it half-headroom."""
     _refuse(loader, mode, aux, eager, loss, step)
     precision = _precision(precision)
+    output = output_path(output)
+    if is_path(output) and aux:
+        raise TypeError("batchcheck.scan: aux= selects extra outputs beside output=, which must then be a key or an "
+                        "index, not a path")
     if step is None and loss is not None and not isinstance(loss, str) and callable(loss) and not _export.known_loss(loss):
         step, loss = _loss_step(loss, output, target_key or "targets"), None  # any callable (prediction, target) -> loss
     if step is not None and device is None:  # the step is traced where the model is: device constants follow it

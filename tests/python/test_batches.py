@@ -638,5 +638,62 @@ class TestNoFalsePass(unittest.TestCase):
                          [0, 1, 2], report.text)
 
 
+
+class _TwoHeads(nn.Module):
+    """forward returns ({"heads": (probabilities, logits)}, its input): the prediction sits deep."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return {"heads": (y.sigmoid(), y)}, x
+
+
+class OutputPaths(unittest.TestCase):
+    """output= as a path into what forward returns (out[0]["heads"][0]): the engine's model (a
+    trace that returns the prediction), and a loss given as a callable (run as a step); a path
+    that names nothing is refused in one line."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+        self.x, self.t = torch.randn(10, 4), torch.rand(10, 3)
+
+    def loader(self, bad):
+        t = self.t.clone()
+        if bad is not None:
+            t[bad, 1] = 1.5
+        return DataLoader(torch.utils.data.TensorDataset(self.x, t), batch_size=4)
+
+    def test_a_nested_output_with_a_loss_module_and_a_callable(self):
+        def step(m, b):
+            return nn.BCELoss()(m(b[0])[0]["heads"][0], b[1])
+        for output, loss in (('out[0]["heads"][0]', nn.BCELoss()), ((0, "heads", 0), F.binary_cross_entropy)):
+            for bad in (None, 7):
+                loader = self.loader(bad)
+                report = batchcheck.scan(_TwoHeads(), loader, loss, output=output, quiet=True)
+                truth = real_loop(_TwoHeads(), loader, step)
+                if bad is None:
+                    self.assertEqual(truth, {})
+                    self.assertEqual(errors(report), {}, report.text)
+                else:
+                    self.assertEqual(sorted(truth), [1])
+                    self.assertEqual(error_batches(report)[1], {"target-out-of-range": [7]}, report.text)
+
+    def test_a_path_that_names_nothing_is_refused_in_one_line(self):
+        cases = (('out[0]["head"][0]', 'batchcheck.scan: output=out[0]["head"][0]: out[0] is a dict (keys: "heads"), '
+                                        'which has no ["head"] (KeyError)'),
+                 ("out[1][9]", "batchcheck.scan: output=out[1][9]: out[1] is a tensor of shape [4, 4], which has no [9] "
+                               "(IndexError)"),
+                 ("out(0)", "batchcheck.scan: output='out(0)' is not a path into what forward returns (out): write it as "
+                            "'out[\"logits\"]', 'out[0][1]' or 'out.logits'"))
+        for output, text in cases:
+            for loss in (nn.BCELoss(), F.binary_cross_entropy):
+                with self.assertRaises(ValueError) as e:
+                    batchcheck.scan(_TwoHeads(), self.loader(None), loss, output=output, quiet=True)
+                self.assertEqual(str(e.exception), text)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])
