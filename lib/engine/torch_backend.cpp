@@ -453,6 +453,8 @@ class TorchBackend : public Backend {
 
   HalfCheck half_check(double headroom) override {
     HalfCheck h;
+    // A step run eagerly by batchcheck.scan() was watched there, op by op, as HalfWatch watches.
+    if (cfg_.model.format == ModelFormat::Eager) return given_ && given_->half ? *given_->half : h;
     if (!watch_on_) return h;
     h.ran = true;
     h.dtype = dtype_name(cfg_.precision.dtype);

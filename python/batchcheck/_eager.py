@@ -7,6 +7,8 @@ the findings, their words and their fixes are the command's.
 
 The path that takes over where no capture of the step can be made; the capture's successor when
 torch.jit.trace goes (ARCHITECTURE.md)."""
+import contextlib
+import math
 import traceback
 import weakref
 
@@ -283,7 +285,7 @@ def _tensors(fields):
 
 def run_step(captures, fields, train, batch, original=None, maps=None):
     """The step on a batch, eagerly, checked: (loss or None, faults, gradient stats or None, the
-    exception it raised or None). `captures`: a StepCall (the step on `original`, the batch as
+    exception it raised or None, its half watch or None: captures.watch_half). `captures`: a StepCall (the step on `original`, the batch as
     the loader yielded it) or Captures (on the fields). In train mode the loss is backpropagated
     as training's loss.backward() does it (a loss of more than one element, or one without a
     graph, raises what backward raises), through torch.autograd.grad so that the parameters'
@@ -291,26 +293,31 @@ def run_step(captures, fields, train, batch, original=None, maps=None):
     samples (its layout need not be batch-first). `maps`: (field, its rows' samples), _maps'."""
     checks = OpChecks(batch, _tensors(fields), maps or ())
     owner = captures.owner
+    half = HalfWatch(checks) if getattr(captures, "watch_half", False) else contextlib.nullcontext()
     try:
         with captures.scope(), _ModuleStack(checks, owner):
             try:
-                with torch.enable_grad(), checks, captures.precision_scope():
+                with torch.enable_grad(), checks, captures.precision_scope(), half:
                     loss = captures.run_on(fields, original)
             except Stopped:
-                return None, checks.faults, None, None
+                return None, checks.faults, None, None, _half(half)
             except OutputPathError:  # scan(output=) names nothing there: the scan's error, not the batch's
                 raise
             except Exception as e:  # the step's own error: the batch's finding
-                return None, checks.faults, None, e
+                return None, checks.faults, None, e, _half(half)
             grads = None
             if train and isinstance(loss, torch.Tensor) and bool(torch.isfinite(loss).all()):
                 try:
                     grads = _gradients(owner, loss)
                 except Exception as e:  # backward's own error (an in-place op, a loss without a graph)
-                    return loss.detach(), checks.faults, None, e
-            return loss.detach(), checks.faults, grads, None
+                    return loss.detach(), checks.faults, None, e, _half(half)
+            return loss.detach(), checks.faults, grads, None, _half(half)
     finally:
         captures.put_back()
+
+
+def _half(watch):
+    return watch.result() if isinstance(watch, HalfWatch) else None
 
 
 def _gradients(owner, loss):
@@ -384,6 +391,96 @@ class _FirstNonfinite(TorchDispatchMode):
         op = "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
         return {"site": _site(op, self.stack), "inputs": [_summary("input %d" % k, t) for k, t in enumerate(ins[:4])],
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
+
+
+_HALF_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+HALF_MAX = 65504.0
+# The headroom share from which the op holding the peak is placed: the smallest the command takes
+# is above 0, but a peak under a tenth of the range is no warning at any share users set.
+_PLACE_FROM = 0.1
+
+
+def _floating_leaves(x):
+    from torch.utils._pytree import tree_leaves
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _in_float32(func, args, kwargs):
+    """The largest |value| the op makes with its half arguments (and a half dtype it is asked
+    for) in float32 instead; None where that is not finite either, or the op cannot run so."""
+    from torch.utils._pytree import tree_map
+
+    def wide(x):
+        if isinstance(x, torch.Tensor) and x.dtype in _HALF_NAMES:
+            return x.float()
+        return torch.float32 if isinstance(x, torch.dtype) and x in _HALF_NAMES else x
+    try:
+        outs = _floating_leaves(func(*tree_map(wide, args), **tree_map(wide, kwargs)))
+    except Exception:  # noqa: BLE001 - an op without a float32 kernel: no measure, no overflow claimed
+        return None
+    m = max((float(t.detach().abs().amax()) for t in outs if t.numel()), default=None)
+    return m if m is not None and math.isfinite(m) else None
+
+
+class HalfWatch(TorchDispatchMode):
+    """The engine's half watch (engine/checks/half_watch.h) over a step run here in half
+    precision, op by op as PyTorch runs them: the largest finite |value| of any float16/bfloat16
+    output, the first op whose half output went non-finite from finite arguments (an overflow
+    where the same op gives a finite value in float32), and the op that held the peak once it
+    reaches a tenth of float16's range, each placed (module, line, samples). HalfCheck's fields
+    (core/pipeline/backend.h), sent in the batch's header as "half"."""
+
+    def __init__(self, checks):
+        super().__init__()
+        self.checks = checks
+        self.dtype = None
+        self.peak = 0.0
+        self.overflow = self.peak_site = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        before = None
+        if self.overflow is None and getattr(getattr(func, "_schema", None), "is_mutable", False):
+            # An in-place op (y += y, relu_) writes over its arguments: their values as they were,
+            # in float32, for the finiteness of what it was given and its float32 value.
+            from torch.utils._pytree import tree_map
+            before = tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF_NAMES else x,
+                              (args, kwargs))
+        out = func(*args, **kwargs)
+        for t in _floating_leaves(out):
+            if t.dtype not in _HALF_NAMES or not t.numel():
+                continue
+            self.dtype = self.dtype or _HALF_NAMES[t.dtype]
+            a = t.detach().abs()
+            m = float(a.amax())
+            if math.isfinite(m):
+                if m > self.peak:
+                    self.peak = m
+                    if t.dtype == torch.float16 and m >= _PLACE_FROM * HALF_MAX:
+                        self.peak_site = dict(self._place(func, t, a >= m), peak=m)
+            elif self.overflow is None and all(bool(torch.isfinite(x).all()) for x in _floating_leaves(before or (args, kwargs))):
+                fp32 = _in_float32(func, *(before or (args, kwargs)))
+                if fp32 is not None:
+                    self.overflow = dict(self._place(func, t, ~torch.isfinite(t)), fp32_max=fp32)
+        return out
+
+    def _place(self, func, t, mask):
+        c = self.checks
+        op = "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
+        op = "aten::to" if op == "aten::_to_copy" else op  # autocast's cast, as a graph records it
+        return {"origin": "op", "kind": "nonfinite", "site": _site(op, c.stack), "dtype": _HALF_NAMES[t.dtype],
+                "output": _summary("output", t), "rows": _rows(mask, t, c.batch, c.fields, c.maps)}
+
+    def result(self):
+        """The header's "half", or None where no half op ran."""
+        if self.dtype is None:
+            return None
+        out = {"dtype": self.dtype, "peak": self.peak}
+        if self.overflow is not None:
+            out["overflow"] = self.overflow
+        if self.peak_site is not None:
+            out["peak_site"] = self.peak_site
+        return out
 
 
 def localize(captures, fields, batch, original=None, maps=None):

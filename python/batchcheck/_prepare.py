@@ -338,6 +338,15 @@ def model_captures(model, call, keywords, pick, mode, folder):
     return Captures(target, trace, lambda args: target(*args), folder, mode, device, call=call, what="model")
 
 
+def _no_dispatch_modes():
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+    except ImportError:  # torch 1.13: its half watch sees the copy too (a peak the batch itself holds)
+        import contextlib
+        return contextlib.nullcontext()
+    return _disable_current_modes()
+
+
 class StepCall:
     """The user's step as written, on each batch as the loader yielded it (a private copy of it:
     in-place work on the batch stays in that run), the default way a step runs (ARCHITECTURE.md).
@@ -356,6 +365,7 @@ class StepCall:
         self.saved = [(p, p.detach().clone()) for p in params] + \
             [(b, b.detach().clone()) for b in self.owner.buffers()]
         self.autocast = set()  # (device type, dtype) of the torch.autocast the step enters (its first run)
+        self.watch_half = False  # its half-precision ops watched (_eager.HalfWatch): set where it runs in half
         self.modes = [(m, m.training) for m in self.owner.modules()]  # put back by close()
         self.owner.train(mode == "train")
 
@@ -365,7 +375,7 @@ class StepCall:
 
     def run_on(self, fields, batch):
         from batchcheck._batch import private_copy
-        with torch._C.DisableTorchFunction():  # the copy is batchcheck's, not an op of the step's to check
+        with torch._C.DisableTorchFunction(), _no_dispatch_modes():  # batchcheck's copy, not an op of the step's
             mine = private_copy(batch)
         return self.owner.run(mine)
 
@@ -417,8 +427,8 @@ class _EagerStep:
         from batchcheck._capture import message, record
         from batchcheck._eager import _maps, localize, run_step
         maps = _maps(fields, maps)
-        loss, faults, grads, err = run_step(self.captures, fields, self.captures.mode == "train", batch, original, maps)
-        extra = {}
+        loss, faults, grads, err, half = run_step(self.captures, fields, self.captures.mode == "train", batch, original, maps)
+        extra = {"half": half} if half is not None else {}
         nonfinite = (loss is not None and not bool(torch.isfinite(loss).all())) or \
             any(f.get("nonfinite") for f in faults) or any(g["nan"] + g["inf"] for g in grads or ())
         if nonfinite:  # the failing batch once more, to say where its first NaN/Inf was born

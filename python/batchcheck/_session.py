@@ -133,12 +133,16 @@ def _recorded(halves):
 def _step_notes(runner, precision):
     """What the report says of a step run as written."""
     notes = []
+    watched = ("each op's %s output watched here as it ran (its largest value; an overflow placed at its op and "
+               "measured in float32)")
     if precision is not None and precision.get("casts") == "recorded":
-        notes.append("precision: your step runs under %s; its ops ran in that precision here, as in training (their "
-                     "half values are not watched op by op on this path)" % precision.get("source", "torch.autocast"))
+        dtype = "float16" if precision.get("dtype") == "fp16" else "bfloat16"
+        notes.append(("precision: your step runs under %s; its ops ran in that precision here, as in training, " + watched)
+                     % (precision.get("source", "torch.autocast"), dtype))
     elif precision is not None:
-        notes.append("precision: your step ran under torch.autocast with %s (%s); its half values are not watched op "
-                     "by op on this path" % (precision.get("dtype"), precision.get("source", "")))
+        dtype = "float16" if precision.get("dtype") == "fp16" else "bfloat16"
+        notes.append(("precision: your step ran under torch.autocast with %s (%s), " + watched)
+                     % (precision.get("dtype"), precision.get("source", ""), dtype))
     else:
         dtypes = sorted({str(p.dtype).replace("torch.", "") for p in runner.owner.parameters() if p.is_floating_point()})
         notes.append("precision: %s, as your step runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32"))
@@ -301,12 +305,10 @@ class Session:
             runner = StepCall(model, o.step, o.mode, o.precision)
             self.step_runner = runner  # its modes go back with the scan, whichever path runs
             halves, bce = self._first_run(runner, first)
-            # In half precision the capture runs where the engine watches every half op (an
-            # overflow placed at its op, with its float32 value); this path does not watch them.
-            if not is_flat(first) or (not halves and o.precision in (None, "fp32")):
-                self._eager_step(runner, names, target_key, halves, bce)
-                return
-            self.relaunch(self.engine_config(False, names, target_key, self.output))
+            # In half precision its half ops are watched here as the engine watches a capture's.
+            runner.watch_half = bool(halves) or o.precision not in (None, "fp32")
+            self._eager_step(runner, names, target_key, halves, bce)
+            return
         if o.step is not None:
             captures = step_captures(model, o.step, first, names, o.mode, self.server.dir)
             # Traced on the first batch the step runs on: a batch it raises on (a bad id in batch
@@ -325,6 +327,7 @@ class Session:
                     self.arrays = None
                 self.relaunch(self.engine_config(True, names, target_key, self.output))
                 captures.precision = _capture.HALF_DTYPES.get(o.precision)
+                captures.watch_half = bool(_halves(captures.autocast)) or o.precision not in (None, "fp32")
                 server.forward = _EagerStep(captures)
                 return
             self._step_precision(captures, candidates)

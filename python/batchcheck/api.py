@@ -131,7 +131,7 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     capture: False (default) runs the step as written; True traces it with the model and runs the
     trace in the engine, proven per batch shape against the step run here (forward values only:
     for steps without no_grad regions or in-place work on their batch). A step under torch.autocast
-    in half precision (its own, or precision=) is captured, so that the engine watches its half ops.
+    in half precision (its own, or precision=) has its half ops watched where it runs.
     precision: None or "fp32" (default: float32, or what your step's own torch.autocast casts),
     "fp16" or "bf16" (torch.float16/torch.bfloat16 too): forward and the loss run under
     torch.autocast with that dtype, as mixed-precision training runs them; an op whose output

@@ -182,6 +182,41 @@ class TestOverflowAgainstTheAmpLoop(unittest.TestCase):
         self.check(masked_case, "aten::add_")
 
 
+class TestTheStepAsWrittenIsWatched(unittest.TestCase):
+    """step= runs as written in the scanning process: its half ops watched there (_eager.HalfWatch)
+    as the engine watches a graph's, the overflow at the AMP loop's batch and sample, measured in
+    float32, for each case above; bf16 and float32 pass."""
+
+    def test_each_overflow_case_through_a_step(self):
+        def step(model, batch):
+            return nn.functional.cross_entropy(model(batch[0]), batch[1])
+        for case in (attention_case, linear_case, sequence_case, masked_case):
+            model, loader, sample = case()
+            expected = amp_loop(model, loader, nn.CrossEntropyLoss(), "fp16")
+            report = batchcheck.scan(model, loader, step=step, precision="fp16", quiet=True)
+            over = findings(report, "half-overflow")
+            self.assertTrue(over, (case.__name__, report.text))
+            self.assertEqual((over[0].batch, over[0].samples), (expected, [sample]), (case.__name__, report.text))
+            self.assertGreater(over[0].data["evidence"]["fp32_max"], 65504)
+            self.assertEqual([x["id"] for x in over[0].fixes][:3], ["use-bf16", "fp32-module", "scale-inputs"])
+            self.assertTrue(batchcheck.scan(model, loader, step=step, precision="bf16", quiet=True).ok, case.__name__)
+            self.assertTrue(batchcheck.scan(model, loader, step=step, quiet=True).ok, case.__name__)
+
+    def test_a_nested_batch_under_the_steps_own_autocast(self):
+        model, loader, sample = linear_case()
+        nested = DataLoader(loader.dataset, batch_size=loader.batch_size,
+                            collate_fn=lambda s: {"views": [torch.stack([x for x, _ in s])], "y": torch.stack([y for _, y in s])})
+
+        def step(model, batch):
+            with torch.autocast("cpu", dtype=torch.float16):
+                return nn.functional.cross_entropy(model(batch["views"][0]), batch["y"])
+        report = batchcheck.scan(model, nested, step=step, quiet=True)
+        over = findings(report, "half-overflow")
+        self.assertTrue(over, report.text)
+        self.assertEqual((over[0].batch, over[0].samples),
+                         (amp_loop(model, loader, nn.CrossEntropyLoss(), "fp16"), [sample]), report.text)
+
+
 def amp_step(model, batch):
     """A step= as AMP code writes it: forward and the loss under the step's own torch.autocast."""
     x, y = batch
@@ -197,7 +232,7 @@ class TestAStepUnderItsOwnAutocast(unittest.TestCase):
         over = findings(report, "half-overflow")
         self.assertTrue(over, report.text)
         self.assertEqual((over[0].batch, over[0].samples), (expected, [sample]), report.text)
-        # The float32 value comes from the capture with its casts taken out.
+        # The float32 value: the overflowing op run again in float32, where the step runs.
         self.assertGreater(over[0].data["evidence"]["fp32_max"], 65504)
         notes = " ".join(report.data["notes"])
         self.assertIn("as the casts of your step's torch.autocast run it", notes)

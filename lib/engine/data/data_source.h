@@ -43,6 +43,9 @@ struct GivenForward {
   // A field's rows -> the batch's samples, where batchcheck.scan() found the batch's own index
   // structure proving it (a graph's batch vector, offsets, lengths): int64, one per row.
   std::map<std::string, at::Tensor> row_samples;
+  // The half watch of a step run there in half precision (its float16/bfloat16 ops' peak, the
+  // first overflow and the peak's op, placed), as engine/checks/half_watch.h watches a graph.
+  std::optional<HalfCheck> half;
 };
 
 class DataSource {

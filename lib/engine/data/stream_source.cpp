@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -329,6 +330,10 @@ class StreamSource : public DataSource {
       if (!b.given) b.given.emplace();
       b.given->backward_error = single_line(it->get<std::string>());
     }
+    if (const auto it = header.find("half"); it != header.end()) {
+      if (!b.given) b.given.emplace();
+      b.given->half = read_half(*it);
+    }
     if (const auto it = header.find("capture"); it != header.end()) {
       if (!b.given) b.given.emplace();
       b.given->capture = capture_name(*it);
@@ -481,8 +486,40 @@ class StreamSource : public DataSource {
     }
     if (const auto out = o.find("output"); out != o.end()) l.output = summary(*out);
     if (const auto inf = o.find("inf_from"); inf != o.end() && inf->is_object()) l.inf_from = site(*inf);
+    // Half precision's: the op's output dtype, its float32 value, the peak, the rows that hold it.
+    l.dtype = text(o, "dtype");
+    for (auto [key, field] : {std::pair<const char*, std::optional<double>*>{"fp32_max", &l.fp32_max}, {"peak", &l.peak}}) {
+      const auto it = o.find(key);
+      if (it != o.end() && it->is_number() && std::isfinite(it->get<double>())) *field = it->get<double>();
+    }
+    if (const auto rows = o.find("rows"); rows != o.end() && rows->is_array() && rows->size() <= (uint64_t{1} << 20)) {
+      for (const json& r : *rows) {
+        if (r.is_number_unsigned()) l.origin_rows.push_back(r.get<uint64_t>());
+      }
+    }
     l.forwards = 1;
     return l;
+  }
+
+  // {"dtype", "peak", "overflow": a localization, "peak_site": one}: HalfCheck's fields.
+  HalfCheck read_half(const json& o) const {
+    if (!o.is_object()) throw InputError(display_, "half", "not an object: not batchcheck's protocol");
+    HalfCheck h;
+    const auto dtype = o.find("dtype");
+    h.dtype = dtype != o.end() && dtype->is_string() ? dtype->get<std::string>() : std::string();
+    if (h.dtype != "float16" && h.dtype != "bfloat16") throw InputError(display_, "half", "a dtype of no known kind: not batchcheck's protocol");
+    h.ran = true;
+    const auto peak = o.find("peak");
+    h.peak = peak != o.end() && peak->is_number() ? peak->get<double>() : 0.0;
+    if (const auto it = o.find("overflow"); it != o.end()) {
+      h.overflow = read_localization(*it);
+      if (!h.overflow->fp32_max) h.overflow.reset();  // an overflow is measured against float32's value
+    }
+    if (const auto it = o.find("peak_site"); it != o.end()) {
+      h.peak_site = read_localization(*it);
+      if (!h.peak_site->peak) h.peak_site.reset();
+    }
+    return h;
   }
 
   void read_gradients(const json& grads, GivenForward& g) const {
