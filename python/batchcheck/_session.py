@@ -433,6 +433,8 @@ class Session:
 
     def report(self):
         """Serves the engine until it ends; its report."""
+        if self.server.forward is not None:  # their code runs here: its first batches while the engine starts
+            self.server.spawn(self.server.serve_ahead)
         self.server.thread.start()
         code, text = self.engine.wait()
         if self.server.error is not None and not isinstance(self.server.error, OSError):

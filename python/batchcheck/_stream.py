@@ -103,6 +103,10 @@ class _Server:
         self.ahead_end = False  # the iterator ended while reading ahead
         self.ahead_error = None  # what it raised then
         self.asked = False  # the engine asked for a batch: reading ahead stops
+        # The frames of batches whose step (or forward) ran before the engine asked (serve_ahead):
+        # by indices, and the order of those drawn for pushing.
+        self.prepared = {}
+        self.pending = deque()
         self.lock = threading.Lock()
         self.dir = tempfile.mkdtemp(prefix="batchcheck-")
         if janitor is not None:
@@ -406,7 +410,7 @@ class _Server:
                     # The epoch's next batches while the engine checks this one: the two
                     # processes overlap instead of taking turns.
                     while credits > 0 and not self.closing:
-                        got = self._next_to_push()
+                        got = self._next_pending() or self._next_to_push()
                         if got is None:
                             _send(conn, b'{"end": true}')
                             credits = 0
@@ -426,6 +430,31 @@ class _Server:
                 self.conns.discard(conn)
             conn.close()
 
+    def serve_ahead(self, limit=8):
+        """The user's step (or forward) run on the epoch's first batches while the engine starts
+        (it loads LibTorch and the model first, ~0.2 s), their frames kept until it asks for them
+        or takes them pushed: the start overlaps the work instead of preceding it. A thread of its
+        own; stops once the engine asks, at the epoch's end, or after `limit` batches."""
+        try:
+            keys = [k for k in self.window if k is not None]  # the first batch (and those that failed before it)
+            while len(self.prepared) < limit:
+                with self.lock:
+                    if self.closing or self.asked:
+                        return
+                    if keys:
+                        key = keys.pop(0)
+                        batch = self.window[key]
+                    else:
+                        got = self._next_to_push()
+                        if got is None:
+                            return
+                        key, batch = tuple(got[0]), got[1]
+                        self.pending.append(key)
+                    self.prepared[key] = self._frames(list(key), batch)
+        except BaseException as e:  # noqa: BLE001 - raised by scan() (a KeyboardInterrupt in their step)
+            if self.error is None:
+                self.error = e
+
     def _next_to_push(self):
         """The live iterator's next batch, kept in the window: (indices, batch), or None at the
         epoch's end or where the draws are not recorded (nothing to name the batch by)."""
@@ -443,13 +472,27 @@ class _Server:
         return got
 
     def _respond(self, conn, indices, batch, pushed=False):
-        """One batch's frames: its fields (with the eager forward's prediction), or why it failed."""
-        if isinstance(batch, Exception):
-            header = self._failure(indices, batch)
-            if pushed:
-                header["pushed"] = list(indices)
+        """Sends one batch's frames: made ahead (serve_ahead), or now."""
+        key = tuple(indices)
+        header, tensors = self.prepared.pop(key, None) or self._frames(indices, batch)
+        if key in self.pending:
+            self.pending.remove(key)
+        if pushed:
+            header["pushed"] = list(indices)
+        if tensors is None:
             _send(conn, json.dumps(header).encode())
-            return
+        else:
+            _send_batch(conn, json.dumps(header).encode(), tensors)
+
+    def _next_pending(self):
+        """The next batch made ahead and not yet sent, as (indices, None), for a push."""
+        return (list(self.pending[0]), None) if self.pending else None
+
+    def _frames(self, indices, batch):
+        """(header, tensors) of one batch: its fields (with the eager forward's prediction), or
+        why it failed (tensors None)."""
+        if isinstance(batch, Exception):
+            return self._failure(indices, batch), None
         tensors = [(n, t.detach().cpu().contiguous()) for n, t in _fields(batch, self.input_key, self.target_key)]
         if self.forward is not None:
             # A batch whose leaves vary with its size (a tuple of per-sample images, a probe of one
@@ -477,9 +520,7 @@ class _Server:
         if forward_error is not None:
             header["forward_error"] = forward_error
         header.update(extra)
-        if pushed:
-            header["pushed"] = list(indices)
-        _send_batch(conn, json.dumps(header).encode(), [t for _, t in tensors])
+        return header, [t for _, t in tensors]
 
     def close(self):
         # Nothing of the loader runs after this: open connections are shut, and the lock waits
