@@ -304,9 +304,12 @@ class Session:
         if self.eager_step or (o.step is not None and not is_flat(first)):
             runner = StepCall(model, o.step, o.mode, o.precision)
             self.step_runner = runner  # its modes go back with the scan, whichever path runs
-            halves, bce = self._first_run(runner, first)
             # In half precision its half ops are watched here as the engine watches a capture's.
-            runner.watch_half = bool(halves) or o.precision not in (None, "fp32")
+            runner.watch_half = o.precision not in (None, "fp32")
+            halves, bce = self._first_run(runner, first)
+            if halves and not runner.watch_half:  # its own autocast: batch 0 again, watched
+                runner.watch_half = True
+                server.prepared.clear()
             self._eager_step(runner, names, target_key, halves, bce)
             return
         if o.step is not None:
@@ -384,19 +387,21 @@ class Session:
         self.server.forward = _EagerStep(runner)
 
     def _first_run(self, runner, first):
-        """One run of the step on the first batch: the torch.autocast it enters itself ({dtype:
-        device} of the half ones), and whether binary_cross_entropy runs inside an autocast (CUDA
-        refuses it there)."""
-        mode = _capture._BceSeen()
+        """One run of the step on the first batch, as the engine gets it: the torch.autocast it
+        enters itself ({dtype: device} of the half ones), and whether binary_cross_entropy runs
+        inside an autocast (CUDA refuses it there)."""
+        mode, server = _capture._BceSeen(), self.server
+        server.forward = _EagerStep(runner)
         try:
             with _capture.untouched(runner.owner, runner.mode), _capture._quiet(), \
                     _capture._autocast_seen(runner.autocast), runner.precision_scope(), mode:
-                try:
-                    runner.run_on(None, first)
-                except Exception:  # noqa: BLE001 - the batch's own finding, found when it is served
-                    pass
+                # Batch 0 served as any batch is (checked, its frames kept for the engine): the
+                # seed is the same, so this run is the one it would get.
+                frames = server._frames(list(server.first_key), first) if server.first_key is not None else None
         finally:
             runner.put_back()
+        if frames is not None:
+            server.prepared[server.first_key] = frames
         return _halves(runner.autocast), mode.seen
 
     def _step_precision(self, captures, candidates):

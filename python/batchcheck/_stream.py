@@ -88,6 +88,7 @@ class _Server:
         self.yielded = 0  # batches it delivered
         self.delivered = set()  # their indices
         self.first = None
+        self.first_key = None  # its indices, where the draw was recorded
         self.unpatch = None
         self.exhausted = False
         self.error = None
@@ -240,6 +241,7 @@ class _Server:
                 continue
             self._keep(tuple(idx) if idx is not None else None, batch)
             self.first = batch
+            self.first_key = tuple(idx) if idx is not None else None
             return batch
 
     def more_fields(self, k):
@@ -436,7 +438,8 @@ class _Server:
         or takes them pushed: the start overlaps the work instead of preceding it. A thread of its
         own; stops once the engine asks, at the epoch's end, or after `limit` batches."""
         try:
-            keys = [k for k in self.window if k is not None]  # the first batch (and those that failed before it)
+            # The batches drawn before the first that loaded (they failed), and it unless made already.
+            keys = [k for k in self.window if k is not None and k not in self.prepared]
             while len(self.prepared) < limit:
                 with self.lock:
                     if self.closing or self.asked:
