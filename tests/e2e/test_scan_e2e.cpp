@@ -312,6 +312,40 @@ TEST(ScanE2E, ProbesReadOnlySamplesTheLoaderDeliversAndARanksShareIsNotDropped) 
   EXPECT_TRUE(with_id(plain.report, "input-nonfinite").empty()) << plain.report["findings"].dump(1);
 }
 
+TEST(ScanE2E, ARankShareIsCheckedAgainstTheOrderAndTheDataset) {
+  // order_rank is a claim about the recorded order: checked against it and the dataset's size.
+  Workspace s("rank_share_checked");
+  s.inputs(10, 3).float_targets(zeros(10)).model(kSumModel);
+  std::ofstream(s.file("order.json")) << "[[0, 1], [2, 3], [4, 5], [6, 7], [8]]";
+  // A share of 2 over 4 ranks is DistributedSampler's (10 // 4 with drop_last), but the order delivers 9.
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 3, "world_size": 4, "samples": 2}})");
+  auto small = s.scan();
+  EXPECT_EQ(small.code, 2);
+  EXPECT_EQ(small.err, "batchcheck: error: " + s.file("cfg.json") +
+                           ": loader.order_rank: the order delivers 9 samples, more than rank 3 of 4's share of 10 samples "
+                           "over 4 ranks (2): it is not one rank's share; leave order_rank out, or record that rank's own order\n");
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 0, "world_size": 2, "samples": 18446744073709551615}})");
+  auto huge = s.scan();
+  EXPECT_EQ(huge.code, 2);
+  EXPECT_EQ(huge.err, "batchcheck: error: " + s.file("cfg.json") +
+                          ": loader.order_rank.samples: 18446744073709551615 is not a DistributedSampler's share of 10 samples "
+                          "over 2 ranks (5)\n");
+  // 2^20 ranks over 10 samples: one sample each, and this order delivers 9.
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 0, "world_size": 1048576}})");
+  auto many = s.scan();
+  EXPECT_EQ(many.code, 2);
+  EXPECT_NE(many.err.find("loader.order_rank: the order delivers 9 samples, more than rank 0 of 1048576's share of 10 "
+                          "samples over 1048576 ranks (1)"),
+            std::string::npos)
+      << many.err;
+  // One rank alone: there are no other ranks, so sample 9 is dropped, not another rank's.
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 0, "world_size": 1}})");
+  auto alone = s.scan();
+  EXPECT_EQ(alone.code, 0) << alone.err;
+  EXPECT_TRUE(with_id(alone.report, "rank-share").empty()) << alone.report["findings"].dump(1);
+  expect_finding(one(alone, "samples-dropped"), "info", nullptr, {9});
+}
+
 TEST(ScanE2E, ProbeExposesASmallBatchFailureTheLoaderNeverDelivers) {
   ModuleSpec bn{"BatchNorm1d",
                 // What F.batch_norm's _verify_batch_size raises (C++-defined modules have no ValueError).

@@ -87,9 +87,10 @@ void recorded_findings(const BatchPlan& plan, const std::vector<uint64_t>& ranks
     f.evidence = {{"order", o.display}, {"batch_size", b}, {"last_batch_size", size}};
     out.push_back(f);
   }
-  if (g.recorded_undelivered > 0 && g.spec.share) {
+  if (g.recorded_undelivered > 0 && g.spec.share && share_covers(*g.spec.share, g.spec.samples, g.recorded_undelivered)) {
     // One rank's share of a DistributedSampler's epoch: the samples it lacks are the other
-    // ranks' to train on, not dropped.
+    // ranks' to train on, not dropped (one rank alone, or more missing than the other ranks
+    // hold: dropped, below).
     const LoaderConfig::RankShare& r = *g.spec.share;
     const uint64_t delivered = g.spec.samples - g.recorded_undelivered;
     Finding f = base("rank-share", ranks);

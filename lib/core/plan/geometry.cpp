@@ -256,4 +256,41 @@ uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size) {
   return per_rank > UINT64_MAX / w ? UINT64_MAX : static_cast<uint64_t>(per_rank * w);
 }
 
+namespace {
+
+// A DistributedSampler's share of `samples` over `world` ranks: (with drop_last, without).
+std::pair<uint64_t, uint64_t> sampler_shares(uint64_t samples, uint64_t world) {
+  return {samples / world, samples / world + (samples % world ? 1 : 0)};
+}
+
+}  // namespace
+
+void check_rank_share(const LoaderConfig& loader, uint64_t samples, const std::string& config_file) {
+  if (!loader.order_rank || !loader.order) return;
+  const LoaderConfig::RankShare& r = *loader.order_rank;
+  const auto [low, high] = sampler_shares(samples, r.world_size);
+  const std::string ranks = std::to_string(samples) + " samples over " + std::to_string(r.world_size) + " ranks";
+  if (r.samples && r.samples != low && r.samples != high) {
+    throw InputError(config_file, "loader.order_rank.samples",
+                     std::to_string(r.samples) + " is not a DistributedSampler's share of " + ranks + " (" +
+                         (low == high ? std::to_string(high) : std::to_string(low) + " with drop_last=True, else " + std::to_string(high)) +
+                         ")");
+  }
+  const uint64_t share = r.samples ? r.samples : high;
+  uint64_t delivered = 0;
+  for (const auto& batch : loader.order->ranks.front()) delivered += batch.size();
+  if (delivered > share) {
+    throw InputError(config_file, "loader.order_rank",
+                     "the order delivers " + std::to_string(delivered) + " samples, more than rank " + std::to_string(r.rank) +
+                         " of " + std::to_string(r.world_size) + "'s share of " + ranks + " (" + std::to_string(share) +
+                         "): it is not one rank's share; leave order_rank out, or record that rank's own order");
+  }
+}
+
+bool share_covers(const LoaderConfig::RankShare& r, uint64_t samples, uint64_t missing) {
+  if (r.world_size < 2) return false;
+  const uint64_t share = r.samples ? r.samples : sampler_shares(samples, r.world_size).second;
+  return static_cast<uint128>(missing) <= static_cast<uint128>(r.world_size - 1) * share;
+}
+
 }  // namespace batchcheck
