@@ -101,7 +101,13 @@ class TorchBackend : public Backend {
     });
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);
-    if (opt.threads) at::set_num_threads(static_cast<int>(*opt.threads));
+    if (opt.threads) {
+      at::set_num_threads(static_cast<int>(*opt.threads));
+    } else if (cfg.model.format == ModelFormat::Eager) {
+      // batchcheck.scan() runs the model (or the step) in its own process on every core; what
+      // runs here (the data and loss checks) takes one thread, not a share of theirs.
+      at::set_num_threads(1);
+    }
     device_ = pick_device(opt, &device_note_);
     // Before the data opens: a stream (batchcheck.scan()) waits there while the caller prepares
     // the model, and this setup then costs nothing.

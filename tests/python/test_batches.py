@@ -639,6 +639,31 @@ class TestNoFalsePass(unittest.TestCase):
 
 
 
+class UncheckedWords(unittest.TestCase):
+    """A batch the scan could not check is batch-unchecked ("not checked"), never "forward raised",
+    and no tail-batch fix leads it: a captured step whose loss changes each call (a counter, as a
+    schedule in the step would) has no capture that agrees with it at the tail's shape."""
+
+    def test_a_tail_no_capture_computes_is_unchecked(self):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        loader = DataLoader(torch.utils.data.TensorDataset(torch.randn(10, 4), torch.randint(0, 3, (10,))), batch_size=4)
+        calls = [0]
+
+        def step(m, b):
+            calls[0] += 1
+            return F.cross_entropy(m(b[0]), b[1]) * (1.0 + calls[0])
+        report = batchcheck.scan(model, loader, step=step, capture=True, quiet=True)
+        unchecked = [f for f in report.findings if f.id == "batch-unchecked"]
+        self.assertTrue(unchecked, report.text)
+        f = unchecked[0]
+        self.assertEqual((f.severity, f.batch, f.samples), ("error", 2, [8, 9]), report.text)
+        self.assertIn("was not checked", f.message)
+        self.assertNotIn("forward raised", f.message)
+        self.assertNotIn(f.fixes[0]["id"], ("drop-last", "batch-size-divisor"), f.fixes)
+        self.assertFalse(report.ok)
+
+
 class _TwoHeads(nn.Module):
     """forward returns ({"heads": (probabilities, logits)}, its input): the prediction sits deep."""
 

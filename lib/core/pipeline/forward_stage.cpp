@@ -175,8 +175,10 @@ void name_raising_module(Emitted& e, const std::string& module, const std::strin
 std::optional<Emitted> reclassify_forward_failure(const std::string& id, const nlohmann::ordered_json& evidence,
                                                   uint64_t batch_size, uint64_t largest_ok_batch,
                                                   const std::vector<std::string>& batchnorm_modules) {
-  // Only what forward_failure() made, and not the dtype's own message (its context is gone).
-  if (id == "export-shape-guard" || id == "export-batch-specialized" || id == "trace-frozen-shape" || !evidence.contains("error") ||
+  // Only what forward_failure() made, and not the dtype's own message (its context is gone); a
+  // batch no capture could run was not run at all: never "forward raised".
+  if (id == "export-shape-guard" || id == "export-batch-specialized" || id == "trace-frozen-shape" || id == "batch-unchecked" ||
+      !evidence.contains("error") ||
       evidence.contains("cause")) {
     return std::nullopt;
   }

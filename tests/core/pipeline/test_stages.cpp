@@ -62,6 +62,18 @@ TEST(ForwardStage, ClassifiesAndSaysWhatTheUserMustKnow) {
   EXPECT_NE(e.message.find("CUDA context is unusable after it (PyTorch cannot recover one), so batchcheck went on after this batch in a fresh process"), std::string::npos) << e.message;
 }
 
+TEST(ForwardStage, AnUncheckedBatchStaysUncheckedWhenTheScanIsAggregated) {
+  // The aggregate reclassifies forward failures by the whole scan's largest batch; a batch no
+  // capture could run was not run, and must not become "forward raised" with a tail fix.
+  const Emitted e = unchecked_batch_finding("this batch (inputs [2, 4]) was not checked: its trace at this shape does not "
+                                            "compute what your code does", 2);
+  EXPECT_EQ(e.id, "batch-unchecked");
+  EXPECT_FALSE(reclassify_forward_failure(e.id, e.evidence, 2, 4, {}));
+  // A forward error of the same batch is reclassified as before (the largest batch now known).
+  const Emitted raised_here = forward_failure(raised("shape '[4, -1]' is invalid for input of size 8"), ForwardFailureContext{2, 0, "", {}, false});
+  EXPECT_TRUE(reclassify_forward_failure(raised_here.id, raised_here.evidence, 2, 4, {}));
+}
+
 TEST(LossStage, NonFiniteLossSaysWhyWhenEveryTargetIsIgnored) {
   LossConfig cfg;
   cfg.type = LossType::CrossEntropy;
