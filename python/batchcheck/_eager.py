@@ -147,9 +147,11 @@ class OpChecks(TorchFunctionMode):
             return None
         values = i[bad]
         lo, hi = int(values.min()), int(values.max())
+        used = i[i != ignore] if ignore is not None else i.reshape(-1)
         fault = {"id": fault_id, "what": what, "bound_name": bound_name, "value": lo if lo < 0 and hi < bound else hi,
                  "bound": int(bound), "rows": rows if rows is not None else _rows(bad, i, self.batch, self.fields, self.maps),
                  "fatal": True,
+                 "smallest": int(used.min()),  # the smallest index given: whether labels start at 0 or at 1
                  "site": _site(op, self.stack)}
         return fault
 

@@ -664,6 +664,31 @@ class UncheckedWords(unittest.TestCase):
         self.assertFalse(report.ok)
 
 
+class FirstFixTrains(unittest.TestCase):
+    """The first fix of a label equal to the number of classes fits the labels the step was given:
+    from 0 (a mask of 0, 1, 2 against 2 classes), the head one class short leads, and applied (3
+    outputs) the real loop trains; from 1, the shift leads, and applied the loop trains."""
+
+    def test_the_first_fix_applied_makes_the_loop_train(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(20, 4, generator=g)
+
+        def step(m, b):
+            return F.cross_entropy(m(b[0]), b[1])
+        for labels, first, apply in (
+                (torch.randint(0, 2, (20,), generator=g), "more-classes", lambda y: (nn.Linear(4, 3), y)),
+                (torch.ones(20, dtype=torch.long), "remap-labels", lambda y: (nn.Linear(4, 2), y - 1))):
+            y = labels.clone()
+            y[13] = 2
+            loader = DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+            report = batchcheck.scan(nn.Linear(4, 2), loader, step=step, quiet=True)
+            found = [f for f in report.findings if f.severity == "error"]
+            self.assertEqual([(f.id, f.batch, f.samples) for f in found], [("target-out-of-range", 1, [13])], report.text)
+            self.assertEqual(found[0].fixes[0]["id"], first, found[0].fixes)
+            model, fixed = apply(y)
+            self.assertEqual(real_loop(model, DataLoader(torch.utils.data.TensorDataset(x, fixed), batch_size=8), step), {})
+
+
 class _TwoHeads(nn.Module):
     """forward returns ({"heads": (probabilities, logits)}, its input): the prediction sits deep."""
 

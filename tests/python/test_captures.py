@@ -555,7 +555,7 @@ class TestALossInsideForward(unittest.TestCase):
                     self.assertEqual({s for v in found[3].values() for s in v}, {30}, report.text)
                     fixes = [x["id"] for f in report.findings if f.severity == "error" for x in f.data["fixes"]]
                     if bad == "input":
-                        self.assertEqual(fixes[:3], ["check-vocab-size", "resize-embeddings", "map-unknown-ids"], report.text)
+                        self.assertEqual(fixes[:3], ["resize-embeddings", "map-unknown-ids", "check-vocab-size"], report.text)
                     else:
                         self.assertEqual(fixes[:2], ["ignore-index", "remap-labels"], report.text)
                         self.assertNotIn("clamp-targets", fixes)

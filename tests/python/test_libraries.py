@@ -319,7 +319,7 @@ class TestTransformers(Case):
         self.assertEqual(errors(report), [("forward-error", 2, [9])])
         self.assertEqual(truth[1], "index out of range in self")
         self.assertIn("token id 107 >= num_embeddings 100", report.errors()[0].message)
-        self.assertEqual([f["id"] for f in report.errors()[0].data["fixes"]][:2], ["check-vocab-size", "resize-embeddings"])
+        self.assertEqual([f["id"] for f in report.errors()[0].data["fixes"]][:3], ["resize-embeddings", "map-unknown-ids", "check-vocab-size"])
 
     def test_bert_and_distilbert_with_attention_masks_token_id_past_the_vocabulary(self):
         from transformers import BertConfig, BertForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification

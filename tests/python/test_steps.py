@@ -198,8 +198,12 @@ class TestTrainingSteps(unittest.TestCase):
         truth = real_loop(model, loader, lambda m, b: F.nll_loss(m(b[0]), b[1]))
         self.assertEqual(sorted(truth), [1])
         self.assertEqual(errors(report), {"target-out-of-range": [(1, [37])]}, report.text)
-        # Label 10 of ten classes: the classes numbered from 1, remapped first (ignoring drops them).
-        self.assertEqual(first_fix(report, "target-out-of-range"), "remap-labels")
+        # Label 10 of ten classes among labels from 0: no shift (target - 1 would make -1); the
+        # head one class short leads, the remap names the value (ignoring drops them, last).
+        self.assertEqual(first_fix(report, "target-out-of-range"), "more-classes")
+        fixes = [f for f in report.findings if f.id == "target-out-of-range"][0].fixes
+        self.assertEqual([x["id"] for x in fixes][:3], ["more-classes", "remap-labels", "ignore-index"])
+        self.assertNotIn("target - 1", fixes[1]["code"])
         # The last batch of one ran clean through this model (no BatchNorm): information, and the
         # gate the docs suggest passes on the clean data.
         tail = [f for f in report.findings if f.id == "tail-batch-singleton"][0]

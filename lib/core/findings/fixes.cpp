@@ -346,7 +346,14 @@ void attach_fixes(Finding& f, const FixContext& c) {
                                       : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
                                             "(ignore_index=" + v + ")";
       }
-      class_index_fixes(f.fixes, value, classes, ignore);
+      // The smallest label seen: the op's, or the target field's in this batch.
+      std::optional<double> smallest;
+      if (in_step && op.contains("smallest") && op["smallest"].is_number()) {
+        smallest = op["smallest"].get<double>();
+      } else if (!in_step && f.evidence.contains("min") && f.evidence["min"].is_number()) {
+        smallest = f.evidence["min"].get<double>();
+      }
+      class_index_fixes(f.fixes, value, classes, ignore, smallest);
     } else if (class_loss(loss)) {
       // Soft labels (class probabilities): ignore_index does not apply to them.
       f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",
@@ -540,7 +547,10 @@ void attach_fixes(Finding& f, const FixContext& c) {
       token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
     } else if (what == "class index") {
       const double value = ix.value("value", 0.0);
-      class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore_index_call(ix.value("op", std::string()), format_number(value)));
+      const std::optional<double> smallest =
+          ix.contains("smallest") && ix["smallest"].is_number() ? std::optional<double>(ix["smallest"].get<double>()) : std::nullopt;
+      class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore_index_call(ix.value("op", std::string()), format_number(value)),
+                        smallest);
     }
     f.fixes.push_back(reproduce(f, c, false, false));
   } else {

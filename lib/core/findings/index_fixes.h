@@ -3,6 +3,7 @@
 // wherever it was found: the loss's contract, the user's step, a loss inside forward. Fixes of
 // its kind only: a class index never gets a value range's clamp.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,11 @@ namespace batchcheck {
 std::string ignore_index_call(const std::string& op, const std::string& value);
 
 // A label `value` of `classes` classes: remapping first where it is the off-by-one (value ==
-// classes: classes numbered from 1), then `ignore` (its ignore_index; "" where the loss takes
-// none), which says that it drops those samples.
-void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, const std::string& ignore);
+// classes: classes numbered from 1, unless the `smallest` label seen is 0: then the model is one
+// class short, said first), then `ignore` (its ignore_index; "" where the loss takes none),
+// which says that it drops those samples.
+void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, const std::string& ignore,
+                       std::optional<double> smallest = std::nullopt);
 
 // A token id `value` past an embedding of `bound` rows (`module`: its name, may be ""): the
 // vocabulary checked against the embedding, the embedding resized, unknown ids mapped; a

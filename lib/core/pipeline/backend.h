@@ -106,6 +106,7 @@ struct OpFault {
   std::string bound_name;    // "num_embeddings", "classes", "num_classes"
   int64_t value = 0;         // indices: the farthest value out of bounds
   int64_t bound = 0;
+  std::optional<int64_t> smallest;  // indices: the smallest one given, where known (labels from 0 or 1)
   std::string loss;          // a loss's: "BCELoss", "BCEWithLogitsLoss"
   double lo = 0, hi = 0;     // its range, and the values seen: min, max (finite ones)
   double min = 0, max = 0;

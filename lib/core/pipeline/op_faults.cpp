@@ -98,6 +98,7 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
     ev["what"] = f.what;
     ev["value"] = f.value;
     ev[f.bound_name] = f.bound;
+    if (f.smallest) ev["smallest"] = *f.smallest;
     const bool target = f.id == "target-out-of-range";
     const char* cuda = target ? cuda_text::kClass
                        : f.site.op == "aten::one_hot" || f.site.op == "aten::gather" ? cuda_text::kScatterIndex

@@ -71,7 +71,7 @@ const std::vector<FindingInfo> kCatalog = {
      "CPU: IndexError: Target 255 is out of bounds. CUDA: Assertion `t >= 0 && t < n_classes` failed. (then "
      "device-side assert triggered); BCELoss on CUDA: Assertion `target_val >= zero && target_val <= one` failed.",
      "a 255 'void' label in segmentation masks, labels counted from 1, unnormalized soft targets",
-     "ignore-index, remap-labels, normalize-soft-targets, scale-targets, clamp-targets"},
+     "more-classes, ignore-index, remap-labels, normalize-soft-targets, scale-targets, clamp-targets"},
     {"target-dtype", Severity::Error, "target",
      "the targets have a dtype the loss rejects",
      "RuntimeError: expected scalar type Long but found Int (cross_entropy); result type Float can't be cast to Long (BCE)",

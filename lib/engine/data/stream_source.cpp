@@ -410,6 +410,7 @@ class StreamSource : public DataSource {
       f.loss = text(o, "loss");
       f.value = static_cast<int64_t>(number(o, "value"));
       f.bound = static_cast<int64_t>(number(o, "bound"));
+      if (const auto it = o.find("smallest"); it != o.end() && it->is_number_integer()) f.smallest = it->get<int64_t>();
       f.lo = number(o, "lo");
       f.hi = number(o, "hi");
       f.min = number(o, "min");

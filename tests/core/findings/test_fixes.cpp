@@ -325,15 +325,36 @@ TEST(Fixes, AClassIndexInAStepGetsTheLossFunctionsFixesWithTheirCode) {
   EXPECT_EQ(f.fixes[1].tradeoff, "samples or pixels labelled 10 stop contributing to the loss: they are silently dropped from training");
 }
 
+TEST(Fixes, ALabelEqualToTheClassesIsShiftedOnlyWhereTheLabelsStartAtOne) {
+  const LoaderCase s{1041, 8, 1, false, LossType::Step};
+  Finding f;
+  // Labels seen from 1: the off-by-one, shifted first.
+  const J from_one = {{"index_fault", {{"op", "aten::nll_loss"}, {"what", "class index"}, {"value", 2}, {"classes", 2}, {"smallest", 1}}}};
+  EXPECT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, from_one, {}}), (V{"remap-labels", "ignore-index", "reproduce"}));
+  // Labels seen from 0 (a UNet's mask 0/1/2 against 2 classes): target - 1 would make -1, so the
+  // head one class short leads, and the remap names the value, not a shift.
+  const J from_zero = {{"index_fault", {{"op", "aten::nll_loss"}, {"what", "class index"}, {"value", 2}, {"classes", 2}, {"smallest", 0}}}};
+  ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, from_zero, {}}, &f),
+            (V{"more-classes", "remap-labels", "ignore-index", "reproduce"}));
+  EXPECT_EQ(f.fixes[0].code, "nn.Linear(in_features, 3)  # the last layer; n_classes=3 where the model takes it");
+  EXPECT_EQ(f.fixes[1].code, "target[target == 2] = <class>  # labels run 0..2: 3 classes, or 2 is not a class");
+  // The engine's own target check: the batch's smallest target, from its value statistics.
+  const LoaderCase ce{1041, 8, 1, false, LossType::CrossEntropy};
+  EXPECT_EQ(fix_ids({"", ce, "target-out-of-range", 8, 2, Severity::Error,
+                     J{{"classes", 2}, {"min", 0}, {"max", 2}, {"offending_values", {2}}}, {}})[0],
+            "more-classes");
+}
+
 TEST(Fixes, ATokenIdPastTheEmbeddingGetsTheVocabularysFixes) {
   const LoaderCase s{1041, 8, 1, false, LossType::Step};
   Finding f;
   const J past = {{"index_fault", {{"op", "aten::embedding"}, {"module", "src_embedding"}, {"what", "token id"}, {"value", 300},
                                    {"num_embeddings", 300}}}};
   ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, past, {}}, &f),
-            (V{"check-vocab-size", "resize-embeddings", "map-unknown-ids", "reproduce"}));
-  EXPECT_EQ(f.fixes[1].title, "make the embedding src_embedding as large as the vocabulary");
-  EXPECT_EQ(f.fixes[2].code, "ids = ids.masked_fill(ids >= 300, unk_id)");
+            (V{"resize-embeddings", "map-unknown-ids", "check-vocab-size", "reproduce"}));
+  // What makes the loop train first; the check (an assert that trains nothing) is the evidence after.
+  EXPECT_EQ(f.fixes[0].title, "make the embedding src_embedding as large as the vocabulary");
+  EXPECT_EQ(f.fixes[1].code, "ids = ids.masked_fill(ids >= 300, unk_id)");
   const J negative = {{"index_fault", {{"op", "aten::embedding"}, {"what", "token id"}, {"value", -100}, {"num_embeddings", 300}}}};
   EXPECT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, negative, {}}), (V{"map-negative-ids", "reproduce"}));
 }
