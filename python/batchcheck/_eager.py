@@ -367,6 +367,16 @@ def _finite(t):
     return not t.is_floating_point() or bool(torch.isfinite(t).all())
 
 
+def _floating_leaves(x):
+    from torch.utils._pytree import tree_leaves
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _op_name(func):
+    """An aten op as a graph names it: aten.addmm.default -> aten::addmm."""
+    return "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
+
+
 class _FirstNonfinite(TorchDispatchMode):
     """Each op as it runs: the first whose output holds NaN from inputs without one (the origin),
     and the first whose output holds Inf from finite inputs (where a NaN made of an Inf began: an
@@ -380,9 +390,7 @@ class _FirstNonfinite(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self.nan is None:
-            from torch.utils._pytree import tree_leaves
-            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-            ins = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            outs, ins = _floating_leaves(out), _floating_leaves((args, kwargs or {}))
             if any(bool(torch.isnan(t).any()) for t in outs) and not any(bool(torch.isnan(t).any()) for t in ins):
                 self.nan = self._record(func, ins, outs)
             elif self.inf is None and not all(_finite(t) for t in outs) and all(_finite(t) for t in ins):
@@ -390,8 +398,7 @@ class _FirstNonfinite(TorchDispatchMode):
         return out
 
     def _record(self, func, ins, outs):
-        op = "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
-        return {"site": _site(op, self.stack), "inputs": [_summary("input %d" % k, t) for k, t in enumerate(ins[:4])],
+        return {"site": _site(_op_name(func), self.stack), "inputs": [_summary("input %d" % k, t) for k, t in enumerate(ins[:4])],
                 "output": _summary("output", next(t for t in outs if not _finite(t)))}
 
 
@@ -402,22 +409,19 @@ HALF_MAX = 65504.0
 _PLACE_FROM = 0.1
 
 
-def _floating_leaves(x):
-    from torch.utils._pytree import tree_leaves
-    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+def _wide(x):
+    """A half tensor (or a half dtype an op is asked for) in float32; anything else as it is."""
+    if isinstance(x, torch.Tensor) and x.dtype in _HALF_NAMES:
+        return x.float()
+    return torch.float32 if isinstance(x, torch.dtype) and x in _HALF_NAMES else x
 
 
 def _in_float32(func, args, kwargs):
     """The largest |value| the op makes with its half arguments (and a half dtype it is asked
     for) in float32 instead; None where that is not finite either, or the op cannot run so."""
     from torch.utils._pytree import tree_map
-
-    def wide(x):
-        if isinstance(x, torch.Tensor) and x.dtype in _HALF_NAMES:
-            return x.float()
-        return torch.float32 if isinstance(x, torch.dtype) and x in _HALF_NAMES else x
     try:
-        outs = _floating_leaves(func(*tree_map(wide, args), **tree_map(wide, kwargs)))
+        outs = _floating_leaves(func(*tree_map(_wide, args), **tree_map(_wide, kwargs)))
     except Exception:  # noqa: BLE001 - an op without a float32 kernel: no measure, no overflow claimed
         return None
     m = max((float(t.detach().abs().amax()) for t in outs if t.numel()), default=None)
@@ -446,8 +450,7 @@ class HalfWatch(TorchDispatchMode):
             # An in-place op (y += y, relu_) writes over its arguments: their values as they were,
             # in float32, for the finiteness of what it was given and its float32 value.
             from torch.utils._pytree import tree_map
-            before = tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF_NAMES else x,
-                              (args, kwargs))
+            before = tree_map(_wide, (args, kwargs))
         out = func(*args, **kwargs)
         for t in _floating_leaves(out):
             if t.dtype not in _HALF_NAMES or not t.numel():
@@ -468,7 +471,7 @@ class HalfWatch(TorchDispatchMode):
 
     def _place(self, func, t, mask):
         c = self.checks
-        op = "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
+        op = _op_name(func)
         op = "aten::to" if op == "aten::_to_copy" else op  # autocast's cast, as a graph records it
         return {"origin": "op", "kind": "nonfinite", "site": _site(op, c.stack), "dtype": _HALF_NAMES[t.dtype],
                 "output": _summary("output", t), "rows": _rows(mask, t, c.batch, c.fields, c.maps)}

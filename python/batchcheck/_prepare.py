@@ -27,6 +27,14 @@ class _Keywords(torch.nn.Module):
         return _select(self.model(**dict(zip(self.names, args))), self.pick)
 
 
+def _adapter(model, call, keywords, pick):
+    """The module that returns the prediction where the engine cannot select it itself (a model
+    called by keyword, or output= a path), else None: the model as it is."""
+    if keywords or is_path(pick):
+        return _Keywords(model, call if keywords else None, pick)
+    return None
+
+
 class OutputPathError(ValueError):
     """output= names nothing in what forward returned: the scan's configuration, never a batch's
     finding (raised through the step and the forward it runs in)."""
@@ -328,7 +336,7 @@ def model_captures(model, call, keywords, pick, mode, folder):
     captures per batch shape proven against the model itself, as the step's are: a trace freezes
     a sequence length read as a Python number, and loses PyTorch's checks written in Python."""
     from batchcheck._capture import Captures
-    target = _Keywords(model, call if keywords else None, pick) if keywords or is_path(pick) else model
+    target = _adapter(model, call, keywords, pick) or model
     params = list(target.parameters())
     device = params[0].device if params else torch.device("cpu")
 
@@ -463,8 +471,8 @@ def _failure_reason(e):
 def _engine_model(model, call, keywords, fields, x, pick, mode):
     """The model for the engine: traced through the keyword adapter (returning out[pick]), else
     scripted or traced; raises where neither works."""
-    if keywords or is_path(pick):
-        example = tuple(dict(fields)[name] for name in call)
-        return _export._trace(_Keywords(model, call if keywords else None, pick), example, mode)
+    adapter = _adapter(model, call, keywords, pick)
+    if adapter is not None:
+        return _export._trace(adapter, tuple(dict(fields)[name] for name in call), mode)
     scripted, _ = _export._script_or_trace(model, x, mode)
     return scripted

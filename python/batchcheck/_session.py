@@ -135,12 +135,11 @@ def _step_notes(runner, precision):
     notes = []
     watched = ("each op's %s output watched here as it ran (its largest value; an overflow placed at its op and "
                "measured in float32)")
+    dtype = "float16" if precision is not None and precision.get("dtype") == "fp16" else "bfloat16"
     if precision is not None and precision.get("casts") == "recorded":
-        dtype = "float16" if precision.get("dtype") == "fp16" else "bfloat16"
         notes.append(("precision: your step runs under %s; its ops ran in that precision here, as in training, " + watched)
                      % (precision.get("source", "torch.autocast"), dtype))
     elif precision is not None:
-        dtype = "float16" if precision.get("dtype") == "fp16" else "bfloat16"
         notes.append(("precision: your step ran under torch.autocast with %s (%s), " + watched)
                      % (precision.get("dtype"), precision.get("source", ""), dtype))
     else:
@@ -372,8 +371,9 @@ class Session:
                 self.launch(self.engine_config(False, names, target_key, self.output))
 
     def _eager_step(self, runner, names, target_key, halves, bce):
-        """The step as written, run here on each batch as the loader yields it (_eager.run_step),
-        its checks made where PyTorch runs its ops; the engine gets its loss, faults, gradients."""
+        """The step as written, run here on each batch as the loader yields it (_eager.run_step, the
+        server's forward since _first_run), its checks made where PyTorch runs its ops; the engine
+        gets its loss, faults, gradients."""
         if self.arrays is not None:
             self.arrays.close()
             self.arrays = None
@@ -384,7 +384,6 @@ class Session:
         cfg = self.engine_config(True, names, target_key, self.output)
         if self.engine is None or cfg != self.launched:
             self.relaunch(cfg)
-        self.server.forward = _EagerStep(runner)
 
     def _first_run(self, runner, first):
         """One run of the step on the first batch, as the engine gets it: the torch.autocast it

@@ -19,6 +19,12 @@ std::string json_literal(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
+// A number the evidence holds at `key`, where it holds one.
+std::optional<double> number_at(const nlohmann::ordered_json& o, const char* key) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+}
+
 bool class_loss(LossType t) { return t == LossType::CrossEntropy || t == LossType::Nll; }
 // Class-index targets, of a class loss or of a region loss told so.
 bool class_targets(const LossConfig& l) {
@@ -347,13 +353,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
                                             "(ignore_index=" + v + ")";
       }
       // The smallest label seen: the op's, or the target field's in this batch.
-      std::optional<double> smallest;
-      if (in_step && op.contains("smallest") && op["smallest"].is_number()) {
-        smallest = op["smallest"].get<double>();
-      } else if (!in_step && f.evidence.contains("min") && f.evidence["min"].is_number()) {
-        smallest = f.evidence["min"].get<double>();
-      }
-      class_index_fixes(f.fixes, value, classes, ignore, smallest);
+      class_index_fixes(f.fixes, value, classes, ignore, in_step ? number_at(op, "smallest") : number_at(f.evidence, "min"));
     } else if (class_loss(loss)) {
       // Soft labels (class probabilities): ignore_index does not apply to them.
       f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",
@@ -547,10 +547,8 @@ void attach_fixes(Finding& f, const FixContext& c) {
       token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
     } else if (what == "class index") {
       const double value = ix.value("value", 0.0);
-      const std::optional<double> smallest =
-          ix.contains("smallest") && ix["smallest"].is_number() ? std::optional<double>(ix["smallest"].get<double>()) : std::nullopt;
       class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore_index_call(ix.value("op", std::string()), format_number(value)),
-                        smallest);
+                        number_at(ix, "smallest"));
     }
     f.fixes.push_back(reproduce(f, c, false, false));
   } else {

@@ -265,9 +265,10 @@ std::pair<uint64_t, uint64_t> sampler_shares(uint64_t samples, uint64_t world) {
 
 }  // namespace
 
-void check_rank_share(const LoaderConfig& loader, uint64_t samples, const std::string& config_file) {
-  if (!loader.order_rank || !loader.order) return;
-  const LoaderConfig::RankShare& r = *loader.order_rank;
+void check_rank_share(const Geometry& g, const std::string& config_file) {
+  if (!g.spec.share || !g.spec.recorded) return;
+  const LoaderConfig::RankShare& r = *g.spec.share;
+  const uint64_t samples = g.spec.samples;
   const auto [low, high] = sampler_shares(samples, r.world_size);
   const std::string ranks = std::to_string(samples) + " samples over " + std::to_string(r.world_size) + " ranks";
   if (r.samples && r.samples != low && r.samples != high) {
@@ -277,8 +278,7 @@ void check_rank_share(const LoaderConfig& loader, uint64_t samples, const std::s
                          ")");
   }
   const uint64_t share = r.samples ? r.samples : high;
-  uint64_t delivered = 0;
-  for (const auto& batch : loader.order->ranks.front()) delivered += batch.size();
+  const uint64_t delivered = g.samples_per_rank;  // the order's one rank: every index it delivers
   if (delivered > share) {
     throw InputError(config_file, "loader.order_rank",
                      "the order delivers " + std::to_string(delivered) + " samples, more than rank " + std::to_string(r.rank) +

@@ -98,10 +98,10 @@ std::vector<uint64_t> produced_sizes(const Geometry& g);
 // The smallest dataset at least as large as this one whose loader ends on a batch of `size`.
 uint64_t dataset_size_for_tail(const Geometry& g, uint64_t size);
 
-// loader.order_rank checked against the recorded order and the dataset's `samples`: its share's
-// size is one a DistributedSampler gives (N/W rounded down with drop_last, else up) and the order
-// delivers no more than it. Throws InputError naming `config_file`'s loader.order_rank.
-void check_rank_share(const LoaderConfig& loader, uint64_t samples, const std::string& config_file);
+// loader.order_rank (g.spec.share) checked against the recorded order and the dataset: its
+// share's size is one a DistributedSampler gives (N/W rounded down with drop_last, else up) and
+// the order delivers no more than it. Throws InputError naming `config_file`'s loader.order_rank.
+void check_rank_share(const Geometry& g, const std::string& config_file);
 // Whether a recorded rank share's arithmetic proves the samples its order lacks (`missing`) the
 // other ranks': there are other ranks, and they hold at least that many.
 bool share_covers(const LoaderConfig::RankShare& r, uint64_t samples, uint64_t missing);

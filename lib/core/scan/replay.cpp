@@ -84,10 +84,10 @@ void Replayer::run(const OrderFn& order) {
   localize_ = cfg_.checks.root_cause && resume_.localize && model_root_cause(model_, cfg_.model.mode).is_null();
   blame_ = cfg_.checks.root_cause && resume_.localize;
   loaded_bad_batchnorm_ = backend_.nonfinite_batchnorm_stats();
-  check_rank_share(cfg_.loader, data.samples, cfg_.file);
   LoaderSpec spec = loader_spec(cfg_.loader, data.samples);
   BatchPlan plan(compute_geometry(spec), spec.recorded ? std::vector<int64_t>{} : order(spec));
   const Geometry& g = plan.geometry();
+  check_rank_share(g, cfg_.file);
 
   const std::vector<uint64_t> ranks = replay_ranks(spec.world_size, settings_.rank);
   const std::vector<uint64_t> batch_list = replay_batches(g.batches_per_rank, settings_.edges, cfg_.checks.max_batches);
