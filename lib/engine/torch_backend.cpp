@@ -146,7 +146,12 @@ class TorchBackend : public Backend {
     return d;
   }
 
-  ModelInfo model() const override { return model_->info(); }
+  ModelInfo model() const override {
+    ModelInfo info = model_->info();
+    const ForwardCall greeted = data_->forward_call();
+    info.call = greeted.forward.empty() ? cfg_.model.call : greeted;
+    return info;
+  }
 
   // Which of forward_fields() hold a dict per sample (a detection target's boxes and labels).
   std::vector<bool> dict_fields() const {

@@ -34,13 +34,37 @@ def _site(op, stack):
     site = {"op": op}
     if stack and stack[-1][0]:
         site["module"] = stack[-1][0]
+    # The user's innermost line inside what batchcheck called (their step, their forward), else
+    # the innermost line of the library whose code it is (transformers'): never a frame outside
+    # batchcheck's call (its server thread's, the line that called scan()).
+    library, entered = None, False
     for f in reversed(traceback.extract_stack()):
-        if not _library(f.filename):
-            site.update(file=f.filename, line=f.lineno)
-            if f.line:
-                site["source_line"] = f.line.strip()
+        p = f.filename.replace("\\", "/")
+        if "/batchcheck/" in p:
+            if entered:  # back in batchcheck's own code, outside the op's callers
+                break
+            continue  # the dispatch mode's own frames, innermost
+        entered = True
+        if not _library(f.filename) and not _stdlib(p):
+            library = f
             break
+        if library is None and "/torch/" not in p and not p.startswith("<") and not _stdlib(p):
+            library = f
+    if library is not None:
+        site.update(file=library.filename, line=library.lineno)
+        if library.line:
+            site["source_line"] = library.line.strip()
     return site
+
+
+def _stdlib(path):
+    """Whether a file is Python's own (threading.py, runpy.py)."""
+    import sysconfig
+    for key in ("stdlib", "platstdlib"):
+        root = sysconfig.get_paths().get(key)
+        if root and path.startswith(root.replace("\\", "/") + "/") and "-packages/" not in path:
+            return True
+    return False
 
 
 _MAX_SHIFT = 4  # a field shifted by more steps than this (tgt[1:], x[2:]) is not looked for

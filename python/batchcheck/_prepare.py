@@ -35,6 +35,44 @@ def _adapter(model, call, keywords, pick):
     return None
 
 
+def _code_key(k):
+    """A subscript's key as Python code reads it back, every non-ASCII character escaped."""
+    import json
+    if isinstance(k, str):
+        return json.dumps(k)
+    if isinstance(k, (int, float, bool)) or k is None:
+        return repr(k)
+    return json.dumps(str(k))
+
+
+def field_code(batch, fields):
+    """{field name: the Python expression that reads it from `batch`}, as the engine names the
+    fields (_wire._fields): the batch itself, batch[k] of a tuple, batch["key"] of a Mapping; a
+    nested batch's fields are already such paths."""
+    from batchcheck._batch import is_flat
+    names = [name for name, _ in fields]
+    if isinstance(batch, torch.Tensor):
+        return {names[0]: "batch"}
+    if isinstance(batch, Mapping) and is_flat(batch):
+        by_name = {str(k): k for k in batch}
+        return {n: "batch[%s]" % _code_key(by_name[n]) for n in names if n in by_name}
+    if isinstance(batch, (tuple, list)) and is_flat(batch):
+        return {n: "batch[%d]" % k for k, n in enumerate(names)}
+    return {n: n for n in names}  # paths: batch[0][1], batch.x
+
+
+def forward_call(batch, fields, call, keywords, pick, target_key):
+    """How forward is called on the collated `batch` (for the report's `reproduce`): the call,
+    the prediction selected from `out` where the adapter selects it, and the targets."""
+    code = field_code(batch, fields)
+    if keywords:
+        args = ", ".join("%s=%s" % (name, code[name]) for name in call)
+    else:
+        args = ", ".join(code[name] for name in call)
+    select = _select_code(pick) if keywords or is_path(pick) else ""
+    return {"forward": "model(%s)" % args, "select": select, "targets": code.get(target_key, "")}
+
+
 class OutputPathError(ValueError):
     """output= names nothing in what forward returned: the scan's configuration, never a batch's
     finding (raised through the step and the forward it runs in)."""
@@ -313,7 +351,23 @@ def _loss_step(loss, pick, target_key):
             *inputs, target = batch
             out = model(*inputs)
         return loss(_select(out, pick), target)
+    # How it calls forward and the loss, for the report's `reproduce` (the user has no `step`).
+    step.batchcheck_call = {
+        "forward": "model(**{k: v for k, v in batch.items() if k != %s})" % _code_key(target_key),
+        "select": _select_code(pick), "targets": "batch[%s]" % _code_key(target_key), "loss": "loss_fn"}
+    step.batchcheck_call_tuple = dict(step.batchcheck_call, forward="model(*batch[:-1])", targets="batch[-1]")
     return step
+
+
+def _select_code(pick):
+    """_select(out, pick) as code for `reproduce`."""
+    if is_path(pick):
+        return path_text(pick)
+    if pick is None:
+        return "out[0] if isinstance(out, (tuple, list)) else out"
+    if isinstance(pick, int):
+        return "out[%d] if isinstance(out, (dict, tuple, list)) else out" % pick
+    return "out[%s] if isinstance(out, dict) else out[0] if isinstance(out, (tuple, list)) else out" % _code_key(pick)
 
 
 def step_captures(model, step, first, names, mode, folder):

@@ -15,7 +15,7 @@ from batchcheck._cli import binary
 from batchcheck._batch import describe, is_flat
 from batchcheck._janitor import Janitor
 from batchcheck._prepare import (OutputPathError, StepCall, _EagerForward, _EagerStep, _engine_model, _failure_reason,
-                                 _keyword_names, is_path, model_captures, step_captures)
+                                 _keyword_names, _select_code, forward_call, is_path, model_captures, step_captures)
 from batchcheck._stream import _Engine, _Server
 from batchcheck._wire import _cut, _fields
 from batchcheck.report import Report
@@ -210,7 +210,7 @@ class Session:
         if o.step is not None:
             m["inputs"] = inputs
             output = None
-        elif names != [o.input_key, target_key] and names != [o.input_key]:
+        elif inputs != ["inputs"]:  # the engine reads "inputs" by default
             m["inputs"] = inputs
         if eager_model:
             m["format"] = "eager"
@@ -220,6 +220,8 @@ class Session:
                 m["output"] = output
             if self.arrays is not None and self.server.libraries:  # the stream's greeting names them otherwise
                 m["libraries"] = self.server.libraries
+            if self.arrays is not None and self.server.call is not None:  # as the libraries
+                m["call"] = self.server.call
         if self.arrays is not None and not eager_model:
             data = self.arrays.data_config(inputs, target_key if target_key in names else None)
         else:
@@ -295,6 +297,10 @@ class Session:
         if keywords or is_path(pick):
             self.output = None  # the adapter returns the prediction itself
         names = [name for name, _ in fields]
+        if o.step is None:
+            server.call = forward_call(first, fields, call, keywords, pick, target_key)
+        elif hasattr(o.step, "batchcheck_call"):  # a loss given as a callable: forward and loss_fn(out, y)
+            server.call = o.step.batchcheck_call if isinstance(first, Mapping) else o.step.batchcheck_call_tuple
         if self.guess is not None:
             real = self.engine_config(self.here, names, target_key, self.output)
             if real != self.guess:
@@ -365,6 +371,8 @@ class Session:
             self.arrays = None
         if scripted is None:
             server.forward = _EagerForward(model, call, keywords, pick, o.mode, o.aux, o.precision)
+            if server.call is not None:  # forward's prediction is selected here (by pick), not by the engine
+                server.call = dict(server.call, select=_select_code(pick))
         else:
             server.libraries = _export._operator_libraries(scripted)
             if self.engine is None:

@@ -95,6 +95,7 @@ class _Server:
         self.forward = None  # an _EagerForward or _EagerStep: it runs here (serve), the engine checks what it gives
         self.captures = None  # a step's captures (_capture.py): which one runs each batch, proven per shape
         self.libraries = []  # operator libraries the prepared model calls (torchvision's), for the engine
+        self.call = None  # how forward is called on the batch (_prepare.forward_call), for `reproduce`
         self.conns = set()  # open connections (closed with the scan)
         self.closing = False
         # Batches drawn from a live loader before the engine asks (it is loading LibTorch
@@ -363,7 +364,10 @@ class _Server:
         fields = []
         for name, t in _fields(self.first, self.input_key, self.target_key):
             fields.append({"name": name, "dtype": _dtype(t, name), "shape": list(t.shape[1:])})
-        return {"samples": len(self.loader.dataset), "fields": fields, "libraries": self.libraries}
+        hello = {"samples": len(self.loader.dataset), "fields": fields, "libraries": self.libraries}
+        if self.call is not None:
+            hello["call"] = self.call
+        return hello
 
     def spawn(self, target, *args):
         """A thread of the scan's, joined by close(): none runs the user's code or torch after

@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import batchcheck
+import reproduce_check  # noqa: F401 - every reproduce a scan here prints is run as printed
 
 
 class Pairs(Dataset):
@@ -284,11 +285,13 @@ class TestScan(unittest.TestCase):
             return prepare(*a, **k)
         ds = Counted(120, nan=[117])  # 15 batches: the last is past the 4 pushed behind the first
         _session._engine_model = slow
+        reproduce_check.paused.append(1)  # its reproduce would read the Dataset this test counts
         try:
             report = batchcheck.scan(Net(), DataLoader(ds, batch_size=8, num_workers=2), nn.CrossEntropyLoss(), quiet=True,
                                      args=["--edges"])
         finally:
             _session._engine_model = prepare
+            reproduce_check.paused.clear()
         self.assertEqual([(f.id, f.batch, f.samples) for f in report.errors() if f.id == "input-nonfinite"], [("input-nonfinite", 14, [117])])
         self.assertEqual(ds.calls, 1)  # the probe's batch of one, nothing else (8 more: batch 14 made again here)
         # A live loader's stream runs as one job, whatever --jobs says.

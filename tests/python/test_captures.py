@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import batchcheck
+import reproduce_check  # noqa: F401 - every reproduce a scan here prints is run as printed
 
 
 def real_loop(model, loader, step):
@@ -496,8 +497,9 @@ class TestCapturesAgainstTheRealLoop(unittest.TestCase):
         report, truth, loader = scan_and_loop(case_seq2seq, 40)
         fix = [x for f in report.errors() for x in f.data["fixes"] if x["id"] == "reproduce"][0]
         # pad_collate_tb of this script (run as __main__: by the loader's name), or of the module.
-        self.assertRegex(fix["code"], r"^(from test_captures import pad_collate_tb; batch = pad_collate_tb|"
-                                      r"batch = loader\.collate_fn)\(\[dataset\[i\] for i in range\(32, 48\)\]\)")
+        self.assertRegex(fix["code"], r"^import torch\nfrom torch import nn\n(from test_captures import pad_collate_tb\n"
+                                      r"idx = range\(32, 48\)\nbatch = pad_collate_tb|idx = range\(32, 48\)\n"
+                                      r"batch = loader\.collate_fn)\(\[dataset\[i\] for i in idx\]\)\n")
         self.assertNotIn("default_collate", fix["code"])
         model, _, step = case_seq2seq(40)
         scope = {"dataset": loader.dataset, "model": model, "step": step, "loader": loader}

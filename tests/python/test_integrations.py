@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import batchcheck
+import reproduce_check  # noqa: F401 - every reproduce a scan here prints is run as printed
 
 warnings.filterwarnings("ignore")
 

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import batchcheck
+import reproduce_check  # noqa: F401 - every reproduce a scan here prints is run as printed
 
 warnings.filterwarnings("ignore")
 

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import batchcheck
+import reproduce_check  # noqa: F401 - every reproduce a scan here prints is run as printed
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

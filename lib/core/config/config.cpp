@@ -58,7 +58,7 @@ std::optional<Range> parse_range(const JsonObject& obj, const std::string& key) 
 }
 
 void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out) {
-  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries", "trains_exported"});
+  m.reject_unknown({"path", "format", "mode", "output", "inputs", "libraries", "trains_exported", "call"});
   parse_inputs(m, out);
   if (const json* libs = m.find("libraries")) {
     if (!libs->is_array()) m.fail("libraries", "expected an array of shared library paths (.so), got " + describe_json(*libs));
@@ -101,6 +101,11 @@ void parse_model(const JsonObject& m, const std::string& base, ModelConfig& out)
     } else {
       m.fail("output", "expected an integer index or a string key, got " + describe_json(*o));
     }
+  }
+  if (const std::optional<JsonObject> c = m.optional_object("call")) {
+    c->reject_unknown({"forward", "select", "targets", "loss"});
+    out.call = {c->required_string("forward"), c->string("select").value_or(""), c->string("targets").value_or(""),
+                c->string("loss").value_or("")};
   }
 }
 

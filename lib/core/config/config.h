@@ -81,6 +81,15 @@ enum class InputsKind {
   Record,      // "record": every input field, as one Dict[str, Tensor] argument
 };
 
+// How forward is called on the collated `batch`, as Python code for `reproduce`: batchcheck.scan()
+// says (model.call, or its stream's greeting). Empty: the batch is (x, y) and forward model(x).
+struct ForwardCall {
+  std::string forward;  // "model(batch[0])", "model(**batch)"
+  std::string select;   // the prediction selected from `out`, where forward does not return it
+  std::string targets;  // "batch[1]", "batch[\"labels\"]"
+  std::string loss;     // a loss.type "step" that is the user's callable loss: its name ("loss_fn")
+};
+
 struct ModelConfig {
   std::string path;  // resolved against the config file's folder; empty for Eager
   InputsKind inputs_kind = InputsKind::Single;
@@ -97,6 +106,7 @@ struct ModelConfig {
   // it refuses stops training; by default the program stands in for the eager model it was
   // exported from, which takes a batch of one torch.export's specialization refuses.
   bool trains_exported = false;
+  ForwardCall call;  // model.call
 };
 
 // data.transform for an image folder: torchvision's Resize, CenterCrop, ToTensor, Normalize,

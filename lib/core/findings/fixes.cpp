@@ -32,6 +32,12 @@ bool class_targets(const LossConfig& l) {
          (is_region_loss(l.type) && (l.target_format == TargetFormat::Index || l.target_format == TargetFormat::Classes));
 }
 
+// Whether an extra output's key is an index into a tuple: as the prediction's, else all digits.
+bool aux_index(const FixContext& c, const std::string& key) {
+  const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; });
+  return digits && (!c.output || std::holds_alternative<int64_t>(*c.output));
+}
+
 // A Python name for an extra output: out_aux, out_1.
 std::string key_name(const std::string& key) {
   std::string name = "out_";
@@ -51,8 +57,42 @@ Fix bce_with_logits(const std::string& why) {
           "nn.BCEWithLogitsLoss()  # model returns logits", "numerically stable; apply torch.sigmoid at inference", {}};
 }
 
+// The lines of forward and the loss inside the torch.autocast the scan ran them in (its
+// precision, where the step enters none of its own), so a half overflow shows as it did.
+std::string under_autocast(const FixContext& c, const std::string& lines) {
+  if (c.autocast_dtype.empty() || lines.empty()) return lines;
+  std::string out = "with torch.autocast(" + python_literal(c.autocast_device) + ", dtype=torch." + c.autocast_dtype + "):\n";
+  std::string::size_type at = 0;
+  while (at < lines.size()) {
+    const std::string::size_type end = lines.find('\n', at);
+    out += "    " + lines.substr(at, end - at) + "\n";
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return out;
+}
+
+// `idx = [...]` for the batch's samples, wrapped 16 to a line: pasted, it runs whole.
+std::string index_line(const std::vector<int64_t>& idx) {
+  const std::string listed = python_indices(idx);
+  if (listed.rfind("range(", 0) == 0 || idx.size() <= 16) return "idx = " + listed + "\n";
+  std::string out = "idx = [\n";
+  for (std::size_t i = 0; i < idx.size(); i += 16) {
+    std::vector<int64_t> row(idx.begin() + i, idx.begin() + std::min(idx.size(), i + 16));
+    out += "    " + join_ints(row) + ",\n";
+  }
+  return out + "]\n";
+}
+
+// The report's JSON keeps a long batch's samples as data too (the code lists them already).
+std::vector<int64_t> listed_indices(const std::vector<int64_t>& idx) {
+  return idx.size() > 16 ? idx : std::vector<int64_t>{};
+}
+
 // The failing batch, exactly: the model sees all of it (BatchNorm's statistics depend on
-// every sample), so `reproduce` never lists just the bad ones.
+// every sample), so `reproduce` never lists just the bad ones. The code is lines that run as
+// pasted: the batch built by the loader's collate and passed as the step or the model takes it
+// (model.call where batchcheck.scan() says how forward is called on it).
 Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_backward) {
   const std::vector<int64_t>& idx = c.batch_indices.empty() ? f.samples : c.batch_indices;
   // The user's own collate function where it is known by name (batchcheck.scan() says), else
@@ -63,79 +103,75 @@ Fix reproduce(const Finding& f, const FixContext& c, bool with_loss, bool with_b
                               : c.collate_pads      ? "collate_fn"
                                                     : "default_collate";
   const bool plain = c.collate_fn.empty() && !c.collate_pads && !c.collate_list;
-  std::string code = plain ? "from torch.utils.data import default_collate; " : std::string();
+  std::string code = "import torch\nfrom torch import nn\n";
+  if (plain) code += "from torch.utils.data import default_collate\n";
   if (!c.collate_fn.empty() && !by_loader && dot != std::string::npos) {
-    code = "from " + c.collate_fn.substr(0, dot) + " import " + collate + "; ";
+    code += "from " + c.collate_fn.substr(0, dot) + " import " + collate + "\n";
   }
-  // A long list of indices is the fix's "indices", not the code's: the first few are shown.
-  constexpr std::size_t kInline = 16;
-  const std::string listed = python_indices(idx);
-  const bool inline_list = listed.rfind("range(", 0) == 0 || idx.size() <= kInline;
-  if (!inline_list) {
-    std::vector<int64_t> head(idx.begin(), idx.begin() + 8);
-    code += "idx = fix[\"indices\"]  # this fix's \"indices\": the batch's " + std::to_string(idx.size()) + " samples, [" +
-            join_ints(head) + ", ...]; ";
-  }
-  const std::string samples = "[dataset[i] for i in " + (inline_list ? listed : std::string("idx")) + "]";
-  if (c.loss.type == LossType::Step) {
+  code += index_line(idx);
+  const std::string samples = "[dataset[i] for i in idx]";
+  const std::string train = std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + ")\n";
+  const std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
+                                    : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?")) +
+                                          (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
+  if (c.loss.type == LossType::Step && c.call.loss.empty()) {
     // The user's own step on the batch as their loader makes it.
-    code += "batch = " + collate + "(" + samples + "); model.train(" +
-            (c.mode == Mode::Train ? "True" : "False") + "); loss = step(model, batch)" + (with_backward ? "; loss.backward()" : "");
-    const std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
-                                      : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?"));
-    Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-          std::string("needs your Dataset object as `dataset`, the model as `model` and your training step as `step`") +
-              (by_loader ? ", and your DataLoader as `loader`" : ""),
-          {}, {}};
-    if (!inline_list) r.indices = idx;
-    return r;
+    code += "batch = " + collate + "(" + samples + ")\n" + train + under_autocast(c, "loss = step(model, batch)\n") +
+            (with_backward ? "loss.backward()\n" : "");
+    return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+            std::string("needs your Dataset object as `dataset`, the model as `model` and your training step as `step`") +
+                (by_loader ? ", and your DataLoader as `loader`" : ""),
+            {}, listed_indices(idx)};
   }
-  if (c.collate_list) {
-    code += "x, y = (list(field) for field in zip(*" + samples + ")); ";
+  const bool called = !c.call.forward.empty();
+  std::string target = "y";
+  if (called) {
+    // batchcheck.scan(): forward called on the batch as the loader yields it.
+    code += "batch = " + collate + "(" + samples + ")\n";
+    if (!c.call.targets.empty()) target = c.call.targets;
+  } else if (c.collate_list) {
+    code += "x, y = (list(field) for field in zip(*" + samples + "))\n";
   } else {
-    code += "x, y = " + collate + "(" + samples + "); ";
+    code += "x, y = " + collate + "(" + samples + ")\n";
   }
-  code += std::string("model.train(") + (c.mode == Mode::Train ? "True" : "False") + "); ";
+  code += train;
+  const std::string::size_type body = code.size();  // forward and loss: under the scan's autocast
+  const std::string forward = called ? c.call.forward : (c.loss.type == LossType::Model ? "model(x, y)" : "model(x)");
+  const std::string select = called && !c.call.select.empty() ? "out = " + c.call.select + "\n" : "";
   if (c.loss.type == LossType::Model) {
     // forward computes the loss from the targets; torchvision's returns a dict of losses.
-    code += "out = model(x, y)" + output_selector(c);
+    code += "out = " + forward + output_selector(c) + "\n" + select;
     if (with_loss) {
-      code += "; loss = sum(out.values()) if isinstance(out, dict) else out";
-      if (with_backward) code += "; loss.backward()";
+      code += "loss = sum(out.values()) if isinstance(out, dict) else out\n";
     }
   } else if (!c.loss.aux.empty()) {
     // The extra outputs (loss.aux) join the loss as the training loop adds them.
-    code += "outs = model(x); out = outs" + output_selector(c);
-    if (f.evidence.contains("output") && f.evidence["output"].is_string()) {
-      const std::string key = f.evidence["output"].get<std::string>();
-      const bool index = std::holds_alternative<int64_t>(*c.output);
-      code += "; " + key_name(key) + " = outs[" + (index ? key : python_literal(key)) + "]";
+    code += "outs = " + forward + "\nout = outs" + output_selector(c) + "\n" + select;
+    for (const auto& [key, weight] : c.loss.aux) {
+      code += key_name(key) + " = outs[" + (aux_index(c, key) ? key : python_literal(key)) + "]\n";
     }
   } else {
-    code += "out = model(x)" + output_selector(c);
+    code += "out = " + forward + output_selector(c) + "\n" + select;
   }
-  if (with_loss && c.loss.type != LossType::None && c.loss.type != LossType::Model) {
+  if (with_loss && c.loss.type == LossType::Step) {
+    code += "loss = " + c.call.loss + "(out, " + target + ")\n";  // the loss given as a callable
+  } else if (with_loss && c.loss.type != LossType::None && c.loss.type != LossType::Model) {
     const std::string loss = loss_constructor(c.loss);
-    code += "; loss = " + loss + "(out, y)";
-    for (const auto& [key, weight] : c.loss.aux) {
-      const bool index = std::holds_alternative<int64_t>(*c.output);
-      code += " + " + format_number(weight) + " * " + loss + "(outs[" + (index ? key : python_literal(key)) + "], y)";
-    }
-    if (with_backward) code += "; loss.backward()";
+    code += "loss = " + loss + "(out, " + target + ")";
+    for (const auto& [key, weight] : c.loss.aux) code += " + " + format_number(weight) + " * " + loss + "(" + key_name(key) + ", " + target + ")";
+    code += "\n";
   }
-  std::string where = f.probe ? "a batch of the first " + plural(idx.size(), "sample")
-                              : "batch " + (f.batch ? std::to_string(*f.batch) : std::string("?")) +
-                                    (f.rank && c.geometry && c.geometry->distributed() ? " of rank " + std::to_string(*f.rank) : "");
-  Fix r{"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
-        std::string("needs your Dataset object as `dataset` and the model as `model`") +
-            (by_loader                             ? " and your DataLoader as `loader`"
-             : c.collate_pads && c.collate_fn.empty() ? " and your padding collate function as `collate_fn`"
-                                                      : "") +
-            (with_loss && is_region_loss(c.loss.type) ? ", and your loss object as `loss_fn`" : "") +
-            (inline_list ? "" : "; `fix` is this fix (f.fixes in Python, the report's JSON)"),
-        {}, {}};
-  if (!inline_list) r.indices = idx;
-  return r;
+  code = code.substr(0, body) + under_autocast(c, code.substr(body));
+  if (with_loss && c.loss.type != LossType::None && with_backward) code += "loss.backward()\n";
+  return {"reproduce", "reproduce it in Python on the same samples (" + where + ")", code,
+          std::string("needs your Dataset object as `dataset` and the model as `model`") +
+              (by_loader                                ? " and your DataLoader as `loader`"
+               : c.collate_pads && c.collate_fn.empty() ? " and your padding collate function as `collate_fn`"
+                                                        : "") +
+              (with_loss && (is_region_loss(c.loss.type) || !c.call.loss.empty())
+                   ? ", and your loss object as `" + (c.call.loss.empty() ? std::string("loss_fn") : c.call.loss) + "`"
+                   : std::string()),
+          {}, listed_indices(idx)};
 }
 
 // drop-last and batch-size-divisor, where they change something: never a fix that is
@@ -332,7 +368,9 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "hides the cause; gradients vanish outside the range", {}});
     }
     maybe_tail();
-    f.fixes.push_back(reproduce(f, c, true, false));
+    // A NaN prediction shows in `out`; the loss line would raise first where the batch has
+    // another fault (a label past the classes). BCELoss raises on it, as on a prediction out of range.
+    f.fixes.push_back(reproduce(f, c, id == "output-out-of-range" || loss == LossType::Bce || !c.loss.aux.empty(), false));
   } else if (id == "target-out-of-range") {
     const auto& vals = f.evidence.value("offending_values", nlohmann::ordered_json::array());
     // A class index inside the user's step: the op's own evidence (core/pipeline/op_faults).

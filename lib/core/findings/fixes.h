@@ -22,6 +22,9 @@ struct FixContext {
   bool collate_pads = false;  // loader.collate pads a field: the user's own collate_fn builds batches
   bool collate_list = false;  // loader.collate.list: tuple(zip(*batch))
   std::string collate_fn;     // loader.collate_fn: the user's collate function, by its name
+  ForwardCall call;  // how batchcheck.scan() calls forward on the batch; empty: model(x)
+  // The torch.autocast the scan ran forward in ("float16", "cuda"); empty: none of its own.
+  std::string autocast_dtype, autocast_device = "cpu";
   // Every sample of the finding's first failing batch, in delivery order (for `reproduce`).
   std::vector<int64_t> batch_indices;
 };

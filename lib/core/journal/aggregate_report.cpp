@@ -89,6 +89,11 @@ void Aggregator::finish_findings() {
   fc.collate_pads = cfg_.loader.collate.pads();
   fc.collate_list = cfg_.loader.collate.list;
   fc.collate_fn = cfg_.loader.collate_fn;
+  fc.call = start_.model.call;
+  if (cfg_.precision.dtype != Precision::Fp32 && !cfg_.precision.recorded) {
+    fc.autocast_dtype = dtype_name(cfg_.precision.dtype);
+    fc.autocast_device = start_.device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  }
   for (std::size_t i = 0; i < findings_.size(); ++i) {
     fc.batch_indices = first_batch_[i];
     if (findings_[i].fixes.empty()) attach_fixes(findings_[i], fc);

@@ -177,7 +177,8 @@ void JournalWriter::start(const ScanStart& s) {
          {"model", {{"batchnorm_modules", m.batchnorm_modules}, {"format", m.format},
                     {"frozen_train", {m.frozen_train.batch_norm, m.frozen_train.dropout}},
                     {"frozen_eval", {m.frozen_eval.batch_norm, m.frozen_eval.dropout}},
-                    {"nonfinite_parameters", m.nonfinite_parameters}, {"nonfinite_buffers", m.nonfinite_buffers}}},
+                    {"nonfinite_parameters", m.nonfinite_parameters}, {"nonfinite_buffers", m.nonfinite_buffers},
+                    {"call", {m.call.forward, m.call.select, m.call.targets, m.call.loss}}}},
          {"device", s.device}, {"libtorch", s.libtorch}, {"backward", s.backward}, {"ranks", s.ranks},
          {"replay_steps", s.replay_steps}, {"geometry", geometry}};
   if (!s.device_note.empty()) line["device_note"] = s.device_note;  // only then: parts written before it stay valid
@@ -274,6 +275,10 @@ JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) 
       s.model.nonfinite_parameters = m.at("nonfinite_parameters").get<std::vector<std::string>>();
       s.model.nonfinite_buffers = m.at("nonfinite_buffers").get<std::vector<std::string>>();
       s.model.format = m.at("format").get<std::string>();
+      if (const auto c = m.find("call"); c != m.end()) {
+        s.model.call = {c->at(0).get<std::string>(), c->at(1).get<std::string>(), c->at(2).get<std::string>(),
+                        c->at(3).get<std::string>()};
+      }
       s.model.frozen_train = {m.at("frozen_train").at(0).get<uint64_t>(), m.at("frozen_train").at(1).get<uint64_t>()};
       s.model.frozen_eval = {m.at("frozen_eval").at(0).get<uint64_t>(), m.at("frozen_eval").at(1).get<uint64_t>()};
       s.device = j.at("device").get<std::string>();

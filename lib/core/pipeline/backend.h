@@ -54,6 +54,7 @@ struct ModelInfo {
   FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
   // Qualified names of the parameters and buffers that hold NaN or Inf as loaded from the file.
   std::vector<std::string> nonfinite_parameters, nonfinite_buffers;
+  ForwardCall call;  // how forward is called on the batch (model.call, or the stream's greeting)
 };
 
 // A batch the collate function cannot build: default_collate stacking samples of unequal

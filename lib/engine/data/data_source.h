@@ -72,6 +72,8 @@ class DataSource {
   // Shared libraries of operators the model needs beyond model.libraries: the ones the Python
   // process that serves the stream found in the model it prepared (it says so in its greeting).
   virtual std::vector<std::string> operator_libraries() const { return {}; }
+  // How the Python process calls forward on the batch (its greeting says), for `reproduce`.
+  virtual ForwardCall forward_call() const { return {}; }
   // model.format "eager": the forward that came with the batch (the stream only).
   virtual std::optional<GivenForward> given_forward(const std::vector<int64_t>& /*indices*/) const { return std::nullopt; }
   virtual std::vector<int64_t> lengths(int field, const std::vector<int64_t>& indices) const {

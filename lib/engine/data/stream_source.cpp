@@ -71,6 +71,13 @@ class StreamSource : public DataSource {
       if (!l.is_string() || l.get<std::string>().empty()) throw InputError(display_, "", "a greeting whose libraries are not paths: not batchcheck's protocol");
       libraries_.push_back(l.get<std::string>());
     }
+    if (const auto c = hello.find("call"); c != hello.end()) {
+      if (!c->is_object()) throw InputError(display_, "call", "not an object: not batchcheck's protocol");
+      for (const char* key : {"forward", "select", "targets", "loss"}) {
+        if (c->contains(key) && !(*c)[key].is_string()) throw InputError(display_, std::string("call.") + key, "not a string: not batchcheck's protocol");
+      }
+      call_ = {c->value("forward", ""), c->value("select", ""), c->value("targets", ""), c->value("loss", "")};
+    }
     std::vector<std::string> available;
     for (const json& f : hello["fields"]) {
       TensorMeta m = meta_of(f);
@@ -107,6 +114,7 @@ class StreamSource : public DataSource {
   }
   uint64_t sample_bytes() const override { return bytes_; }
   std::vector<std::string> operator_libraries() const override { return libraries_; }
+  ForwardCall forward_call() const override { return call_; }
 
   at::Tensor gather(int field, const std::vector<int64_t>& indices) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -600,6 +608,7 @@ class StreamSource : public DataSource {
   bool has_targets_ = false;
   std::vector<std::string> inputs_;
   std::vector<std::string> libraries_;
+  ForwardCall call_;
   std::map<std::string, TensorMeta> metas_;
   mutable std::mutex mu_;
   mutable std::vector<int64_t> cached_indices_;

@@ -174,8 +174,9 @@ TEST(Fixes, InplaceBackwardErrorNamesTheOutOfPlaceFix) {
   ASSERT_EQ(f.fixes.size(), 2u);
   EXPECT_EQ(f.fixes[0].id, "out-of-place");
   EXPECT_EQ(f.fixes[1].code,
-            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in range(0, 8)]); "
-            "model.train(True); out = model(x); loss = nn.BCELoss()(out, y); loss.backward()");
+            "import torch\nfrom torch import nn\nfrom torch.utils.data import default_collate\nidx = range(0, 8)\n"
+            "x, y = default_collate([dataset[i] for i in idx])\nmodel.train(True)\nout = model(x)\n"
+            "loss = nn.BCELoss()(out, y)\nloss.backward()\n");
 }
 
 // A step's loss that backward() refuses: the fix that makes training's backward run leads.
@@ -229,15 +230,15 @@ TEST(Fixes, ReproduceUsesTheWholeFailingBatchTheModeAndTheLossOptions) {
   attach_fixes(f, ctx);
   ASSERT_FALSE(f.fixes.empty());
   EXPECT_EQ(f.fixes.back().code,
-            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in [60, 61, 9]]); "
-            "model.train(False); out = model(x)[\"out\"]; loss = nn.CrossEntropyLoss(ignore_index=255, "
-            "reduction='sum')(out, y)");
+            "import torch\nfrom torch import nn\nfrom torch.utils.data import default_collate\nidx = [60, 61, 9]\n"
+            "x, y = default_collate([dataset[i] for i in idx])\nmodel.train(False)\nout = model(x)[\"out\"]\n"
+            "loss = nn.CrossEntropyLoss(ignore_index=255, reduction='sum')(out, y)\n");
   EXPECT_EQ(f.fixes.back().title, "reproduce it in Python on the same samples (batch 7)");
 }
 
-// A shuffled batch of 128: the code names the fix's "indices" and shows the first few, instead
-// of 128 numbers inline; the fix carries them all.
-TEST(Fixes, ReproduceOfALongShuffledBatchKeepsItsIndicesBesideTheCode) {
+// A shuffled batch of 128: the code lists every index, 16 to a line, so that it runs as pasted
+// (no reference to the report's objects); the fix carries them as data too.
+TEST(Fixes, ReproduceOfALongShuffledBatchListsItsIndicesInTheCode) {
   LoaderCase s{1041, 128, 1, false, LossType::CrossEntropy};
   Geometry g = geometry(s);
   Finding f;
@@ -251,21 +252,67 @@ TEST(Fixes, ReproduceOfALongShuffledBatchKeepsItsIndicesBesideTheCode) {
   attach_fixes(f, ctx);
   const Fix& r = f.fixes.back();
   ASSERT_EQ(r.id, "reproduce");
-  EXPECT_EQ(r.code.rfind("from torch.utils.data import default_collate; idx = fix[\"indices\"]  # this fix's \"indices\": the "
-                         "batch's 128 samples, [0, 37, 74, 111, 148, 185, 222, 259, ...]; x, y = default_collate([dataset[i] for i in idx]); ",
+  EXPECT_EQ(r.code.rfind("import torch\nfrom torch import nn\nfrom torch.utils.data import default_collate\nidx = [\n"
+                         "    0, 37, 74, 111, 148, 185, 222, 259, 296, 333, 370, 407, 444, 481, 518, 555,\n    592, ",
                          0),
             0u)
       << r.code;
+  EXPECT_NE(r.code.find(",\n]\nx, y = default_collate([dataset[i] for i in idx])\n"), std::string::npos) << r.code;
+  EXPECT_EQ(r.code.find("fix["), std::string::npos);
   EXPECT_EQ(r.indices, ctx.batch_indices);
-  EXPECT_NE(r.tradeoff.find("`fix` is this fix"), std::string::npos);
   // A run of consecutive indices stays inline as a range.
   ctx.batch_indices.clear();
   for (int64_t i = 256; i < 384; ++i) ctx.batch_indices.push_back(i);
   Finding g2 = f;
   g2.fixes.clear();
   attach_fixes(g2, ctx);
-  EXPECT_NE(g2.fixes.back().code.find("for i in range(256, 384)"), std::string::npos);
-  EXPECT_TRUE(g2.fixes.back().indices.empty());
+  EXPECT_NE(g2.fixes.back().code.find("idx = range(256, 384)\n"), std::string::npos);
+}
+
+// batchcheck.scan() says how forward is called on the batch as the loader yields it: a dict
+// by keyword, the prediction selected, the targets by their key; a loss given as a callable is
+// the user's `loss_fn`, not a `step` they do not have.
+TEST(Fixes, ReproduceCallsForwardAsTheScanDid) {
+  LoaderCase s{40, 8, 1, false, LossType::CrossEntropy};
+  Geometry g = geometry(s);
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::CrossEntropy;
+  ctx.collate_fn = "loader.collate_fn";
+  ctx.batch_indices = {8, 9};
+  ctx.call = {"model(input_ids=batch[\"input_ids\"])", "out[\"logits\"]", "batch[\"labels\"]", ""};
+  Finding f;
+  f.id = "loss-nonfinite";
+  f.batch = 1;
+  f.evidence["batch_size"] = 8;
+  attach_fixes(f, ctx);
+  EXPECT_EQ(f.fixes.back().code,
+            "import torch\nfrom torch import nn\nidx = [8, 9]\nbatch = loader.collate_fn([dataset[i] for i in idx])\n"
+            "model.train(True)\nout = model(input_ids=batch[\"input_ids\"])\nout = out[\"logits\"]\n"
+            "loss = nn.CrossEntropyLoss()(out, batch[\"labels\"])\n");
+  EXPECT_EQ(f.fixes.back().tradeoff, "needs your Dataset object as `dataset` and the model as `model` and your DataLoader as `loader`");
+  ctx.loss.type = LossType::Step;
+  ctx.call = {"model(*batch[:-1])", "", "batch[-1]", "loss_fn"};
+  Finding h;
+  h.id = "loss-nonfinite";
+  h.batch = 1;
+  h.evidence["batch_size"] = 8;
+  attach_fixes(h, ctx);
+  EXPECT_EQ(h.fixes.back().code,
+            "import torch\nfrom torch import nn\nidx = [8, 9]\nbatch = loader.collate_fn([dataset[i] for i in idx])\n"
+            "model.train(True)\nout = model(*batch[:-1])\nloss = loss_fn(out, batch[-1])\n");
+  EXPECT_NE(h.fixes.back().tradeoff.find("your loss object as `loss_fn`"), std::string::npos);
+  // A scan in float16 ran forward and the loss under its autocast: the reproduce does too, so a
+  // half overflow shows; backward stays outside it, as in an AMP loop.
+  ctx.autocast_dtype = "float16";
+  Finding k = h;
+  k.id = "backward-error";
+  k.fixes.clear();
+  attach_fixes(k, ctx);
+  EXPECT_EQ(k.fixes.back().code,
+            "import torch\nfrom torch import nn\nidx = [8, 9]\nbatch = loader.collate_fn([dataset[i] for i in idx])\n"
+            "model.train(True)\nwith torch.autocast(\"cpu\", dtype=torch.float16):\n    out = model(*batch[:-1])\n"
+            "    loss = loss_fn(out, batch[-1])\nloss.backward()\n");
 }
 
 // A region loss is the user's own object (MONAI's or smp's): the fixes name it so, and say
@@ -297,8 +344,8 @@ TEST(Fixes, RegionLossesNameTheUsersLossObject) {
   ASSERT_GE(shape.size(), 2u);
   EXPECT_EQ(shape[0].code, "target = target.unsqueeze(1)");
   EXPECT_EQ(shape.back().code,
-            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in [8, 9]]); "
-            "model.train(True); out = model(x); loss = loss_fn(out, y)");
+            "import torch\nfrom torch import nn\nfrom torch.utils.data import default_collate\nidx = [8, 9]\n"
+            "x, y = default_collate([dataset[i] for i in idx])\nmodel.train(True)\nout = model(x)\nloss = loss_fn(out, y)\n");
   EXPECT_EQ(shape.back().tradeoff, "needs your Dataset object as `dataset` and the model as `model`, and your loss object as `loss_fn`");
   ctx.loss.activation = Activation::None;
   ctx.loss.target_format = TargetFormat::Mask;
