@@ -20,6 +20,7 @@
 #include "core/journal/shard.h"
 #include "core/plan/suggest.h"
 #include "core/report/catalog.h"
+#include "core/views/summary.h"
 #include "core/views/views.h"
 #include "engine/scan_command.h"
 #include "scan_entry.h"
@@ -64,6 +65,7 @@ double parse_seconds(const std::string& flag, const std::string& text) {
 struct ViewArgs {
   std::string junit, markdown, html;
   bool github = false;
+  bool text = false;  // render only: the summary scan prints
 };
 
 ViewTargets view_targets(const ViewArgs& a) {
@@ -97,6 +99,16 @@ int run_render(const std::string& path, const ViewArgs& a, std::ostream& out, st
   ViewTargets v = view_targets(a);
   refuse_clobbering(view_outputs(v), {{path, "the report being rendered"}});
   try {
+    if (a.text) {
+      // What `scan` printed, from the report alone (batchcheck.scan() re-renders it after it
+      // tried the fixes).
+      ScanResult r;
+      r.report = report;
+      r.complete = report.value("complete", true);
+      for (const auto& f : report.at("findings")) r.findings.push_back(finding_from_json(f));
+      out << format_summary(r);
+      if (!v.any_file() && !v.github) return 0;
+    }
     if (!v.any_file() && !v.github) {
       out << markdown_view(report);
       return 0;
@@ -250,6 +262,7 @@ int run_merge(const MergeArgs& a, std::ostream& out, std::ostream& err) {
 
 struct SuggestArgs {
   std::string samples, batch_size, world_size = "1", accumulation = "1", min_tail = "2";
+  std::vector<std::string> divides, multiple_of;
   bool drop_last = false, sampler_drop_last = false, json = false;
 };
 
@@ -262,6 +275,8 @@ int run_suggest(const SuggestArgs& a, std::ostream& out) {
   r.min_tail = parse_count("--min-tail", a.min_tail, 0);
   r.drop_last = a.drop_last;
   r.sampler_drop_last = a.sampler_drop_last;
+  for (const std::string& k : a.divides) r.divides.push_back(parse_count("--divides", k, 1));
+  for (const std::string& m : a.multiple_of) r.multiple_of.push_back(parse_count("--multiple-of", m, 1));
   Suggestion s = suggest(r);
   if (a.json) {
     out << to_json(s).dump(2) << "\n";
@@ -327,6 +342,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   suggest_cmd->add_flag("--sampler-drop-last", sa.sampler_drop_last, "DistributedSampler(drop_last=True)");
   suggest_cmd->add_option("--accumulation", sa.accumulation, "gradient accumulation steps K (default 1)")->type_name("INT");
   suggest_cmd->add_option("--min-tail", sa.min_tail, "smallest acceptable partial last batch (default 2)")->type_name("INT");
+  suggest_cmd->add_option("--divides", sa.divides,
+                          "every batch must divide K, as a step asserting K % batch_size == 0 (a queue of K) asks; "
+                          "repeatable")
+      ->type_name("K");
+  suggest_cmd->add_option("--multiple-of", sa.multiple_of,
+                          "every batch must be a multiple of M, as a step that pairs samples (Mixup: 2) asks; repeatable")
+      ->type_name("M");
   suggest_cmd->add_flag("--json", sa.json, "print one JSON object instead of a table");
 
   std::string explain_id;
@@ -408,6 +430,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                 "GitHub annotations. Without a view option, prints the markdown summary. Exit 0 when rendered.");
   render_cmd->add_option("report", render_report, "the JSON report")->required();
   add_view_options(render_cmd, rv);
+  render_cmd->add_flag("--text", rv.text, "print the summary 'scan' prints on stderr (instead of the markdown), on stdout");
 
   LogScope log_scope(err);  // the diagnostics go where this run's stderr is
   try {

@@ -3,6 +3,8 @@ loader through the stream's server, or a TensorDataset's arrays), from the first
 report."""
 import json
 import os
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Mapping
@@ -156,7 +158,7 @@ class Session:
         self.target_key, self.output = o.target_key, o.output
         self.janitor = Janitor()
         self.server = _Server(loader, order, o.input_key, o.target_key or "targets", self.janitor)
-        self.arrays = self.engine = self.guess = self.step_runner = self.inputs_only = None
+        self.arrays = self.engine = self.guess = self.step_runner = self.inputs_only = self.model = None
         n = len(loader.dataset)
         self.config = {"data": {"format": "stream", "path": self.server.path},
                        "loader": {} if loader.batch_size is None else {"batch_size": loader.batch_size},
@@ -270,6 +272,7 @@ class Session:
         """The batch's fields decide what forward is called with; the model is then saved as the
         engine takes it (the step traced with it, scripted, traced) or runs eagerly here."""
         o, server = self.o, self.server
+        self.model = model  # the fixes are tried on it after the scan (_verify.py)
         if self.target_key is None:
             self.target_key = "labels" if isinstance(first, Mapping) and "labels" in first and "targets" not in first else "targets"
             server.target_key = self.target_key
@@ -460,10 +463,39 @@ class Session:
             extra = _capture.notes(self.server.captures)
         elif self.step_runner is not None:
             extra = _step_notes(self.step_runner, self.config.get("precision"))
+        if self.model is not None and code in (0, 1):
+            text = self._try_fixes(data, text)
         if extra:
             data.setdefault("notes", []).extend(extra)
             text += "".join("note: %s\n" % n for n in extra)
         return Report(data, text, code)
+
+    def _try_fixes(self, data, text):
+        """The loader fixes tried on the user's code (_verify.py); the report's JSON and text
+        written again with what was tried."""
+        from batchcheck import _verify
+        before = json.dumps(data.get("findings", []))
+        said = _verify.try_fixes(data, self.model, self.loader, self.server.order, self.o, self.server.call,
+                                 self.output)
+        if not said:
+            return text
+        data.setdefault("notes", []).extend("fixes tried: " + s for s in said)
+        if json.dumps(data.get("findings", [])) != before:
+            with open(self.report_path, "w") as f:
+                json.dump(data, f, indent=2)
+            done = subprocess.run([binary(), "render", self.report_path, "--text"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, check=False)
+            # The summary the command printed, from its first line to its verdict, printed again.
+            import re
+            heads = list(re.finditer(r"(?m)^batchcheck: .*: checked \d+ batch", text))
+            tail = re.search(r"(?m)^verdict: .*\n?", text[heads[-1].start():]) if heads else None
+            if done.returncode == 0 and tail is not None:
+                start = heads[-1].start()
+                text = text[:start] + done.stdout.decode("utf-8", "replace") + text[start + tail.end():]
+        lines = "".join("note: fixes tried: %s\n" % s for s in said)
+        if not self.o.quiet:
+            sys.stderr.write(lines)
+        return text + lines
 
     def close(self):
         _each(lambda: self.engine is not None and self.engine.stop(), self.server.close,

@@ -30,6 +30,19 @@ TEST(Cli, SuggestSeedCaseTable) {
   EXPECT_EQ(r.err, "");
 }
 
+// --divides and --multiple-of: what the step asks of every batch, as CI can ask it.
+TEST(Cli, SuggestTakesTheStepsConstraints) {
+  CliRun r = cli({"suggest", "--samples", "92", "--batch-size", "24", "--divides", "256", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(j["divides"], nlohmann::ordered_json({256}));
+  EXPECT_EQ(j["requested_broken"], "24 does not divide 256 (--divides)");
+  EXPECT_EQ(j["nearest"][2]["batch_size"], 8);
+  r = cli({"suggest", "--samples", "92", "--batch-size", "24", "--multiple-of", "0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("batchcheck: error: --multiple-of: ", 0), 0u) << r.err;
+}
+
 TEST(Cli, SuggestJson) {
   CliRun r = cli({"suggest", "--samples", "1028", "--batch-size", "8", "--world-size", "4", "--accumulation", "4", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;

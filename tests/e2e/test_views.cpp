@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "core/report/catalog.h"
+#include "core/report/report.h"
 #include "core/views/html_view.h"
 #include "core/views/views.h"
 #include "support/synthetic_report.h"
@@ -244,6 +245,36 @@ BrowserRun open_in_browser(const std::string& browser, const std::string& page, 
 // The HTML report of the seed sample (a real scan) and of a million-batch report, opened in a
 // real headless browser: the page's script runs without a console message, every part is there,
 // and a screenshot is saved (the README's, by scripts/screenshot.sh).
+// `render --text` prints the summary `scan` prints, from the report alone: batchcheck.scan()
+// prints it again after it tried the fixes, each tried one with what ran ("verified").
+TEST(Views, RenderTextIsTheScansSummaryWithTheFixesTried) {
+  test_util::TempDir dir("render-text");
+  Json report = two_rank_report();
+  report["findings"][0]["fixes"].push_back({{"id", "batch-size-divisor"}, {"title", "t"}, {"code", "DataLoader(..., batch_size=8)"},
+                                            {"tradeoff", "x"}, {"batch_sizes", {8}},
+                                            {"verified", "ran with batch_size=8: batch 0 \x1b[31m passes"}});
+  std::ofstream(dir.file("report.json")) << report.dump(2, ' ', false, Json::error_handler_t::replace);
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"render", dir.file("report.json"), "--text"}, out, err), 0) << err.str();
+  const std::string text = out.str();
+  EXPECT_EQ(text.rfind("batchcheck: ", 0), 0u) << text;
+  EXPECT_NE(text.find("error: forward-error at batch 3 of rank 1, samples [8, 9]\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("    fix batch-size-divisor: DataLoader(..., batch_size=8)  (x)\n        verified: ran with batch_size=8: batch 0 "),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << "a terminal escape from the report is not passed through";
+  EXPECT_NE(text.find("verdict: fail (1 error, 2 warnings, 1 info; --fail-on error)\n"), std::string::npos) << text;
+  // The finding read back is the one written: every field of it.
+  const Json reread = Json::parse(report.dump(-1, ' ', false, Json::error_handler_t::replace));
+  for (const auto& f : reread["findings"]) {
+    const Json once = to_json(finding_from_json(f));  // in the order and form scan writes
+    EXPECT_EQ(to_json(finding_from_json(once)), once);
+    for (const auto& [key, value] : f.items()) EXPECT_EQ(once[key], value) << key;
+  }
+  EXPECT_NE(markdown_view(report).find("verified: ran with batch\\_size=8"), std::string::npos) << markdown_view(report);
+  EXPECT_NE(html_view(report).find("verified: ran with batch_size=8"), std::string::npos);
+}
+
 TEST(Views, HtmlReportsRenderInAHeadlessBrowser) {
   const std::string browser = headless_browser();
   if (browser.empty()) GTEST_SKIP() << "no headless chromium (scripts/setup.sh installs chromium-headless-shell)";

@@ -39,7 +39,7 @@ def real_loop(model, loader, step):
     for k, batch in enumerate(loader):
         try:
             step(model, batch).backward()
-        except (RuntimeError, ValueError, IndexError) as e:
+        except (RuntimeError, ValueError, IndexError, AssertionError) as e:
             failed[k] = str(e).strip().splitlines()[0]
         model.zero_grad(set_to_none=True)
     return failed
@@ -431,6 +431,84 @@ class TestTrainingSteps(unittest.TestCase):
             batchcheck.scan(Siamese(), loader, criterion, step=siamese_step)
         with self.assertRaisesRegex(TypeError, "step is your training step"):
             batchcheck.scan(Siamese(), loader, step="train")
+
+
+class MomentumQueue(nn.Module):
+    """A momentum encoder's queue (MoCo): the step enqueues each batch's keys and asserts that the
+    queue's length is a multiple of the batch size, as MoCo's _dequeue_and_enqueue does."""
+
+    def __init__(self, k=256):
+        super().__init__()
+        self.enc = nn.Linear(6, 4)
+        self.k = k
+        self.register_buffer("queue", torch.zeros(k, 4))
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+def moco_step(model, batch):
+    x, y = batch
+    keys = model(x)
+    assert model.k % keys.shape[0] == 0, "K % batch_size == 0"  # MoCo's own assert
+    with torch.no_grad():
+        model.queue[:keys.shape[0]] = keys.detach()
+    return F.cross_entropy(keys, y)
+
+
+def mixup_step(model, batch):
+    x, y = batch
+    if len(x) % 2:
+        raise ValueError("Batch size should be even when using this")  # timm's Mixup
+    lam = 0.7
+    x = x * lam + x.flip(0) * (1 - lam)
+    return F.cross_entropy(model(x), y)
+
+
+class TestFixesTriedBeforeTheyArePrinted(unittest.TestCase):
+    """A loader fix (a batch size, drop_last) is run on the user's own step before it is printed:
+    the first fix, applied to the real loop, trains the epoch (issue 60 item 1)."""
+
+    def data(self, n):
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.rand(n, 6, generator=g), torch.randint(0, 4, (n,), generator=g))
+
+    def test_a_step_that_asserts_its_queue_divides_the_batch_gets_a_size_that_passes(self):
+        ds = self.data(92)
+        loader = DataLoader(ds, batch_size=24)
+        self.assertEqual(sorted(real_loop(MomentumQueue(), loader, moco_step)), [0, 1, 2, 3])  # 24 and 20: neither divides 256
+        with warnings_off():
+            report = batchcheck.scan(MomentumQueue(), loader, step=moco_step, quiet=True)
+        f = [f for f in report.findings if f.severity == "error"][0]
+        fix = f.fixes[0]
+        self.assertEqual(fix["id"], "batch-size-divisor", report.text)
+        self.assertIn("verified", fix)
+        self.assertIn("ran with batch_size=%d" % fix["batch_sizes"][0], fix["verified"])
+        self.assertIn("fixes tried:", report.text)
+        self.assertIn("verified: ran with batch_size=", report.text)  # the summary printed again with it
+        for b in fix["batch_sizes"]:  # each size offered trains the epoch
+            self.assertEqual(real_loop(MomentumQueue(), DataLoader(ds, batch_size=b), moco_step), {}, b)
+
+    def test_mixups_even_batch_keeps_drop_last_and_withdraws_the_sizes_that_still_fail(self):
+        ds = self.data(101)  # odd: every batch size leaves an odd batch somewhere, but drop_last
+        loader = DataLoader(ds, batch_size=16)
+        self.assertEqual(sorted(real_loop(nn.Linear(6, 4), loader, mixup_step)), [6])
+        with warnings_off():
+            report = batchcheck.scan(nn.Linear(6, 4), loader, step=mixup_step, quiet=True)
+        f = [f for f in report.findings if f.severity == "error"][0]
+        ids = [x["id"] for x in f.fixes]
+        self.assertEqual(ids[0], "drop-last", report.text)
+        self.assertNotIn("batch-size-divisor", ids, report.text)
+        self.assertIn("the only batch that failed", f.fixes[0]["verified"])
+        self.assertEqual(real_loop(nn.Linear(6, 4), DataLoader(ds, batch_size=16, drop_last=True), mixup_step), {})
+
+    def test_a_bad_label_gets_no_loader_fix(self):
+        ds = self.data(40)
+        ds.tensors[1][13] = 9  # 4 classes: whatever the batch size, sample 13's batch fails
+        with warnings_off():
+            report = batchcheck.scan(nn.Linear(6, 4), DataLoader(ds, batch_size=8), step=mixup_step, quiet=True)
+        for f in report.findings:
+            self.assertFalse({"drop-last", "batch-size-divisor"} & {x["id"] for x in f.fixes}, report.text)
 
 
 if __name__ == "__main__":

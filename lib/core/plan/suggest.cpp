@@ -14,13 +14,26 @@ namespace {
 // Bounds the walk away from batch_size when min_tail rules out most sizes.
 constexpr uint64_t kMaxSteps = 1'000'000;
 
-bool acceptable(uint64_t per_rank, uint64_t b, uint64_t min_tail, uint64_t requested) {
+bool acceptable(const SuggestRequest& r, uint64_t per_rank, uint64_t b) {
   // A batch of one is the failure we steer away from, unless it was asked for.
-  if (b == 1 && requested != 1) return false;
+  if (b == 1 && r.batch_size != 1) return false;
   uint64_t tail = per_rank % b;
-  return tail == 0 || tail >= min_tail;
+  if (!constraint_broken(r, b).empty()) return false;
+  // The last batch is delivered unless drop_last: it must meet the step's constraints too.
+  if (tail != 0 && !r.drop_last && !constraint_broken(r, tail).empty()) return false;
+  return tail == 0 || tail >= r.min_tail;
 }
 }  // namespace
+
+std::string constraint_broken(const SuggestRequest& r, uint64_t b) {
+  for (uint64_t k : r.divides) {
+    if (b == 0 || k % b != 0) return std::to_string(b) + " does not divide " + std::to_string(k) + " (--divides)";
+  }
+  for (uint64_t m : r.multiple_of) {
+    if (m != 0 && b % m != 0) return std::to_string(b) + " is not a multiple of " + std::to_string(m) + " (--multiple-of)";
+  }
+  return "";
+}
 
 BatchSizeCandidate candidate(uint64_t per_rank_samples, uint64_t world_size, uint64_t batch_size) {
   BatchSizeCandidate c;
@@ -59,15 +72,21 @@ Suggestion suggest(const SuggestRequest& request) {
   if (per_rank == 0) return s;
 
   const uint64_t b = request.batch_size;
+  s.requested_broken = constraint_broken(request, std::min(b, per_rank));
+  const uint64_t last = per_rank % b;
+  if (s.requested_broken.empty() && last != 0 && !request.drop_last && per_rank > b) {
+    const std::string why = constraint_broken(request, last);
+    if (!why.empty()) s.requested_broken = "the last batch of " + why;
+  }
   std::vector<BatchSizeCandidate> below, above;
   // Sizes above the per-rank sample count all give one batch of everything: stop there.
   for (uint64_t x = std::min(b - 1, per_rank), steps = 0; x >= 1 && below.size() < request.per_side && steps < kMaxSteps;
        --x, ++steps) {
-    if (acceptable(per_rank, x, request.min_tail, b)) below.push_back(candidate(per_rank, request.world_size, x));
+    if (acceptable(request, per_rank, x)) below.push_back(candidate(per_rank, request.world_size, x));
   }
   for (uint64_t x = b + 1, steps = 0; x > b && x <= per_rank && above.size() < request.per_side && steps < kMaxSteps;
        ++x, ++steps) {
-    if (acceptable(per_rank, x, request.min_tail, b)) above.push_back(candidate(per_rank, request.world_size, x));
+    if (acceptable(request, per_rank, x)) above.push_back(candidate(per_rank, request.world_size, x));
   }
   s.nearest.assign(below.rbegin(), below.rend());
   s.nearest.insert(s.nearest.end(), above.begin(), above.end());
@@ -85,6 +104,12 @@ nlohmann::ordered_json to_json(const Suggestion& s) {
   j["drop_last"] = s.request.drop_last;
   j["sampler_drop_last"] = s.request.sampler_drop_last;
   j["min_tail"] = s.request.min_tail;
+  if (!s.request.divides.empty()) j["divides"] = s.request.divides;
+  if (!s.request.multiple_of.empty()) j["multiple_of"] = s.request.multiple_of;
+  if (!s.request.divides.empty() || !s.request.multiple_of.empty()) {
+    j["requested_ok"] = s.requested_broken.empty();
+    if (!s.requested_broken.empty()) j["requested_broken"] = s.requested_broken;
+  }
   j["batches_per_rank"] = g.batches_per_rank;
   j["last_batch_size"] = g.last_batch_size;
   j["padded_samples"] = g.padded_samples;
@@ -147,7 +172,12 @@ std::string format_table(const Suggestion& s) {
   } else {
     out << (s.divisors.empty() ? "none" : join_uints(s.divisors)) << "\n";
   }
-  out << "\nNearest batch sizes with a tail of 0 or at least " << r.min_tail << ":\n";
+  if (!s.requested_broken.empty()) out << "  batch size " << r.batch_size << " fails your step's constraint: " << s.requested_broken << "\n";
+  std::string also;
+  for (uint64_t k : r.divides) also += ", dividing " + std::to_string(k);
+  for (uint64_t m : r.multiple_of) also += ", a multiple of " + std::to_string(m);
+  if (!also.empty()) also += (r.drop_last ? "" : " (the last batch too)");
+  out << "\nNearest batch sizes with a tail of 0 or at least " << r.min_tail << also << ":\n";
   if (s.nearest.empty()) {
     out << "  none\n";
     return out.str();

@@ -20,7 +20,14 @@ struct SuggestRequest {
   uint64_t accumulation_steps = 1;
   uint64_t min_tail = 2;
   std::size_t per_side = 3;  // how many sizes to list below and above batch_size
+  // What the training step itself asks of every batch it gets (the last one too, unless
+  // drop_last): a size that divides K (a queue of K, `K % batch_size == 0`), a size that is a
+  // multiple of M (Mixup's even batch). Empty: no constraint.
+  std::vector<uint64_t> divides, multiple_of;
 };
+
+// Why batch size `b` (a batch the loop delivers) breaks the request's constraints: "" if none.
+std::string constraint_broken(const SuggestRequest& r, uint64_t b);
 
 struct BatchSizeCandidate {
   uint64_t batch_size = 0;
@@ -34,6 +41,8 @@ struct Suggestion {
   Geometry geometry;
   std::vector<uint64_t> divisors;           // of the per-rank sample count
   std::vector<BatchSizeCandidate> nearest;  // ascending by batch size
+  // The requested size, or the last batch it leaves, breaks a constraint: why ("" where not).
+  std::string requested_broken;
 };
 
 Suggestion suggest(const SuggestRequest& request);

@@ -25,6 +25,9 @@ struct Fix {
   std::string tradeoff;
   std::vector<uint64_t> batch_sizes;  // concrete sizes, for the batch-size fixes
   std::vector<int64_t> indices = {};  // reproduce: the batch's samples, where too many to list in the code
+  // What batchcheck.scan() ran with this fix applied and saw pass ("batch 5 runs with
+  // batch_size=32"); empty: not tried.
+  std::string verified = {};
 };
 
 // One batch (or one probe) where a finding occurred: its samples are never merged with
@@ -69,6 +72,9 @@ constexpr std::size_t kOccurrenceCap = 32;
 
 nlohmann::ordered_json to_json(const Fix& f);
 nlohmann::ordered_json to_json(const Finding& f);
+// The inverse of to_json, for a saved report's views (`render --text`); throws
+// nlohmann::json::exception on fields of other types than batchcheck writes.
+Finding finding_from_json(const nlohmann::ordered_json& j);
 
 struct SeverityCounts {
   uint64_t errors = 0, warnings = 0, infos = 0;

@@ -145,6 +145,7 @@ std::string fix_html(const Json& fix) {
     o << "<div class=\"code\"><pre><code>" << h(code) << "</code></pre><button class=\"copy\" type=\"button\">copy</button></div>";
   }
   if (!field_text(fix, "tradeoff").empty()) o << "<div class=\"muted\">" << h(field_text(fix, "tradeoff")) << "</div>";
+  if (!field_text(fix, "verified").empty()) o << "<div class=\"muted\">verified: " << h(field_text(fix, "verified")) << "</div>";
   o << "</div>";
   return o.str();
 }

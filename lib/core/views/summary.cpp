@@ -34,8 +34,10 @@ std::string format_summary(const ScanResult& result) {
       out << " -> output " << shape(s["output_shape"]) << ", target " << shape(s["target_shape"]) << "\n";
     }
   };
-  line("first", b["first"]);
-  if (!b["last"].is_null() && b["last"] != b["first"]) line("last ", b["last"]);
+  // A saved report (render --text) may lack them: read, never indexed blind.
+  const nlohmann::ordered_json first = b.value("first", nlohmann::ordered_json()), last = b.value("last", nlohmann::ordered_json());
+  if (first.is_object()) line("first", first);
+  if (last.is_object() && last != first) line("last ", last);
   for (const auto& f : result.findings) {
     out << to_string(f.severity) << ": " << terminal_text(f.id);  // a merged part's, as written
     if (f.probe) out << " (probe)";
@@ -77,6 +79,7 @@ std::string format_summary(const ScanResult& result) {
       out << "    fix " << terminal_text(fix.id) << ": " << code;
       if (!fix.tradeoff.empty()) out << "  (" << terminal_text(fix.tradeoff) << ")";
       out << "\n";
+      if (!fix.verified.empty()) out << "        verified: " << terminal_text(fix.verified) << "\n";
     }
   }
   const auto& s = r["summary"];

@@ -254,6 +254,7 @@ std::string markdown_view(const nlohmann::ordered_json& report, std::size_t max_
         detail += "- **" + md_text(field_text(fix, "id")) + "**: " + md_text(field_text(fix, "title")) + "\n";
         const std::string code = field_text(fix, "code");
         if (!code.empty()) detail += "\n" + md_code_block(code);
+        if (!field_text(fix, "verified").empty()) detail += "\n  verified: " + md_text(field_text(fix, "verified")) + "\n";
       }
       detail += "\n</details>\n";
     }

@@ -98,3 +98,37 @@ TEST(Suggest, TableShowsTheNumbers) {
   EXPECT_NE(t.find("Exact divisors of 1041: 1, 3, 347, 1041"), std::string::npos) << t;
   EXPECT_NE(t.find("batches per rank: 131 (130 full, the last holds 1 sample)"), std::string::npos) << t;
 }
+
+// A momentum encoder's queue of 256 asserts K % batch_size == 0 on every batch it gets: with 92
+// samples and a batch of 24 the batches are 24 and 20, and 24 fails. The sizes offered divide
+// 256 and leave a last batch that divides it too (or none): 8 (a last batch of 4), 4, 2; not 23
+// (it divides 92, not 256), not 16 or 32 (their last batches, 12 and 28, do not divide 256).
+TEST(Suggest, TheStepsOwnConstraintsHoldForEveryBatchTheLastToo) {
+  SuggestRequest r;
+  r.samples = 92;
+  r.batch_size = 24;
+  r.divides = {256};
+  Suggestion s = suggest(r);
+  EXPECT_EQ(s.requested_broken, "24 does not divide 256 (--divides)");
+  EXPECT_EQ(sizes(s), (std::vector<uint64_t>{2, 4, 8}));
+  EXPECT_EQ(s.nearest[2].tail, 4u);
+  // With drop_last the last batch is never delivered: only full batches must divide K.
+  r.drop_last = true;
+  s = suggest(r);
+  EXPECT_EQ(sizes(s), (std::vector<uint64_t>{4, 8, 16, 32, 64}));
+  EXPECT_EQ(s.requested_broken, "24 does not divide 256 (--divides)");
+  // Mixup's even batch: every batch a multiple of 2, the last included.
+  SuggestRequest m;
+  m.samples = 101;
+  m.batch_size = 16;
+  m.multiple_of = {2};
+  s = suggest(m);
+  EXPECT_EQ(s.requested_broken, "the last batch of 5 is not a multiple of 2 (--multiple-of)");
+  EXPECT_TRUE(s.nearest.empty()) << "101 is odd: some batch is always odd without drop_last";
+  auto j = to_json(s);
+  EXPECT_EQ(j["multiple_of"], nlohmann::ordered_json({2}));
+  EXPECT_EQ(j["requested_ok"], false);
+  EXPECT_NE(format_table(s).find("batch size 16 fails your step's constraint: the last batch of 5 is not a multiple of 2 (--multiple-of)"),
+            std::string::npos)
+      << format_table(s);
+}
