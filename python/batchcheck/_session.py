@@ -150,6 +150,18 @@ def _step_notes(runner, precision):
     return notes
 
 
+def _runs_eagerly(model, call, keywords, x, mode):
+    """Whether the model's own forward runs on the example (the trace's failure is TorchScript's,
+    not the batch's)."""
+    args = x if isinstance(x, tuple) else (x,)
+    with _capture.untouched(model, mode), torch.no_grad(), _capture._quiet():
+        try:
+            model(**dict(zip(call, args))) if keywords else model(*args)
+            return True
+        except Exception:  # noqa: BLE001 - their forward raised on this batch
+            return False
+
+
 class Session:
     """The scan of `loader` (its epoch's `order`) with the options of batchcheck.scan() (`o`)."""
 
@@ -328,11 +340,16 @@ class Session:
             try:
                 scripted = captures.first(candidates, self.model_path)
                 server.captures = captures
-            except Exception as e:  # it raises on every batch tried: each batch's finding, eagerly
-                warnings.warn("batchcheck.scan: your step raises on each of the first %d batches (%s), so no capture of "
-                              "it can be made; it runs eagerly in this process, its loss ops' and index ops' arguments "
-                              "and its gradients checked there, a NaN traced to the op that made it"
-                              % (len(candidates), _failure_reason(e)), stacklevel=3)
+            except Exception as e:  # no capture: each batch's finding, eagerly
+                # Whether their step raises, or only the trace of it fails: the warning says which.
+                _, raised = captures._run(captures.eager, candidates[0])
+                why = ("your step raises on each of the first %d batches (%s), so no capture of it can be made"
+                       % (len(candidates), _failure_reason(e)) if raised is not None else
+                       "your step runs, but no trace of it can be made (%s)" % _failure_reason(e))
+                half = bool(_halves(captures.autocast)) or o.precision not in (None, "fp32")
+                warnings.warn("batchcheck.scan: %s; it runs eagerly in this process, its loss ops' and index ops' "
+                              "arguments and its gradients checked there, a NaN traced to the op that made it%s"
+                              % (why, ", its half-precision ops watched" if half else ""), stacklevel=3)
                 if self.arrays is not None:
                     self.arrays.close()
                     self.arrays = None
@@ -344,7 +361,7 @@ class Session:
             self._step_precision(captures, candidates)
         elif o.eager is not True:
             try:
-                scripted = _engine_model(model, call, keywords, fields, x, pick, o.mode)
+                scripted = self._traced(model, call, keywords, fields, x, pick, names)
                 try:
                     scripted.save(self.model_path)
                 except RuntimeError:  # a script that cannot be saved (a Tensor argument defaulting to None)
@@ -355,10 +372,12 @@ class Session:
             except Exception as e:
                 if o.eager is False or isinstance(e, OutputPathError):
                     raise
-                warnings.warn("batchcheck.scan: TorchScript can neither script nor trace the model (%s); its forward "
-                              "runs eagerly in this process on a copy, the arguments of its index and loss ops checked "
-                              "there and what it returns in the engine: no gradient checks, no checks of its weights, "
-                              "no root cause" % _failure_reason(e), stacklevel=3)
+                why = ("forward raises on each of the first batches (%s), so TorchScript cannot trace it" if
+                       getattr(e, "batchcheck_forward_raised", False) else
+                       "TorchScript can neither script nor trace the model (%s)") % _failure_reason(e)
+                warnings.warn("batchcheck.scan: %s; its forward runs eagerly in this process on a copy, the arguments "
+                              "of its index and loss ops checked there and what it returns in the engine: no gradient "
+                              "checks, no checks of its weights, no root cause" % why, stacklevel=3)
                 scripted = None
                 if self.arrays is not None:  # the forward runs here: batches go through the stream
                     self.arrays.close()
@@ -380,6 +399,28 @@ class Session:
             server.libraries = _export._operator_libraries(scripted)
             if self.engine is None:
                 self.launch(self.engine_config(False, names, target_key, self.output))
+
+    def _traced(self, model, call, keywords, fields, x, pick, names):
+        """The engine's model, scripted or traced on the first batch; where the trace raises on it
+        (a bad label in batch 0, for a forward that computes its loss), traced on the next
+        batches the loader yields: that batch's fault is then its finding, found by the engine."""
+        try:
+            return _engine_model(model, call, keywords, fields, x, pick, self.o.mode)
+        except OutputPathError:
+            raise
+        except Exception as first:
+            runs = _runs_eagerly(model, call, keywords, x, self.o.mode)
+            for more in self.server.more_fields(7):
+                if [n for n, _ in more] != names:
+                    continue
+                xs = [dict(more)[name] for name in call]
+                try:
+                    return _engine_model(model, call, keywords, more, xs[0] if len(xs) == 1 else tuple(xs), pick,
+                                         self.o.mode)
+                except Exception:  # noqa: BLE001 - the next batch, or the first error below
+                    continue
+            first.batchcheck_forward_raised = not runs
+            raise first
 
     def _eager_step(self, runner, names, target_key, halves, bce):
         """The step as written, run here on each batch as the loader yields it (_eager.run_step, the

@@ -511,5 +511,35 @@ class TestFixesTriedBeforeTheyArePrinted(unittest.TestCase):
             self.assertFalse({"drop-last", "batch-size-divisor"} & {x["id"] for x in f.fixes}, report.text)
 
 
+class LossInForwardUnscriptable(nn.Module):
+    """A forward that computes its loss from the labels (transformers' kind) and cannot be
+    scripted (**kwargs): traced, on a batch its labels let it run."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 4)
+
+    def forward(self, x, labels, **extra):
+        return F.cross_entropy(self.lin(x), labels)
+
+
+class TestClaimsTrueOfTheCase(unittest.TestCase):
+    """What the report and its warnings say is true of the scan that ran (issue 60 item 5)."""
+
+    def test_one_bad_label_in_batch_0_does_not_send_a_traceable_model_eager(self):
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g))
+        ds.tensors[1][3] = 4  # 4 classes: batch 0's sample 3
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            report = batchcheck.scan(LossInForwardUnscriptable(), DataLoader(ds, batch_size=8), loss="model", quiet=True)
+        said = " ".join(str(w.message) for w in seen)
+        self.assertNotIn("can neither script nor trace", said)
+        self.assertNotIn("runs eagerly", said)
+        self.assertEqual([(f.batch, f.samples) for f in report.findings if f.severity == "error"], [(0, [3])], report.text)
+        self.assertFalse(any("model.format \"eager\"" in n for n in report.data.get("notes", [])), report.data.get("notes"))
+        self.assertTrue(any("ran in the engine as 1 capture" in n for n in report.data.get("notes", [])))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])

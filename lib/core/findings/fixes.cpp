@@ -314,8 +314,13 @@ void attach_fixes(Finding& f, const FixContext& c) {
     f.fixes.push_back(bce_with_logits(": safe under autocast"));
   } else if (id == "batchnorm-single-value") {
     maybe_tail();
+    // The module that raised, as the model has it (BatchNorm1d, BatchNorm2d, SyncBatchNorm).
+    const std::string type = f.evidence.value("module_type", std::string());
+    const std::string module = f.evidence.value("module", std::string());
+    const std::string norm = type.empty() ? std::string("BatchNorm") : type;
     f.fixes.push_back({"groupnorm-instead-of-batchnorm", "normalize per sample instead of per batch",
-                       "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm2d(num_channels)",
+                       "nn.GroupNorm(num_groups, num_channels)  # instead of nn." + norm + "(num_channels)" +
+                           (module.empty() ? std::string() : " at " + python_literal(module)),
                        "changes the architecture: retrain; independent of the batch size", {}});
     f.fixes.push_back(reproduce(f, c, false, false));
   } else if (id == "hardcoded-batch-size") {

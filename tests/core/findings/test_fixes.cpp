@@ -2,6 +2,8 @@
 // right for its case, never one that is already applied or that changes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/findings/findings.h"
 #include "core/findings/fixes.h"
 
@@ -272,6 +274,27 @@ TEST(Fixes, ReproduceOfALongShuffledBatchListsItsIndicesInTheCode) {
 // batchcheck.scan() says how forward is called on the batch as the loader yields it: a dict
 // by keyword, the prediction selected, the targets by their key; a loss given as a callable is
 // the user's `loss_fn`, not a `step` they do not have.
+// The fix names the normalization the model has: a BatchNorm1d is not told it is a BatchNorm2d.
+TEST(Fixes, GroupNormNamesTheModuleThatRaised) {
+  LoaderCase s{17, 8, 1, false, LossType::CrossEntropy};
+  Geometry g = geometry(s);
+  FixContext ctx;
+  ctx.geometry = &g;
+  ctx.loss.type = LossType::CrossEntropy;
+  Finding f;
+  f.id = "batchnorm-single-value";
+  f.batch = 2;
+  f.evidence = {{"batch_size", 1}, {"module", "head.1"}, {"module_type", "BatchNorm1d"}};
+  attach_fixes(f, ctx);
+  const auto it = std::find_if(f.fixes.begin(), f.fixes.end(), [](const Fix& x) { return x.id == "groupnorm-instead-of-batchnorm"; });
+  ASSERT_NE(it, f.fixes.end());
+  EXPECT_EQ(it->code, "nn.GroupNorm(num_groups, num_channels)  # instead of nn.BatchNorm1d(num_channels) at \"head.1\"");
+  f.fixes.clear();
+  f.evidence = {{"batch_size", 1}};
+  attach_fixes(f, ctx);
+  EXPECT_NE(f.fixes[f.fixes.size() - 2].code.find("instead of nn.BatchNorm(num_channels)"), std::string::npos);
+}
+
 TEST(Fixes, ReproduceCallsForwardAsTheScanDid) {
   LoaderCase s{40, 8, 1, false, LossType::CrossEntropy};
   Geometry g = geometry(s);
