@@ -526,6 +526,35 @@ class LossInForwardUnscriptable(nn.Module):
 class TestClaimsTrueOfTheCase(unittest.TestCase):
     """What the report and its warnings say is true of the scan that ran (issue 60 item 5)."""
 
+    def test_a_nan_in_one_rare_words_embedding_row_is_that_row_not_every_prediction(self):
+        class Bag(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(50, 8)
+                self.fc = nn.Linear(8, 3)
+
+            def forward(self, ids):
+                return self.fc(self.emb(ids).mean(1))
+
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, 40, (32, 5), generator=g)
+        ids[21, 2] = 47  # the one sample holding the rare word
+        ds = TensorDataset(ids, torch.randint(0, 3, (32,), generator=g))
+        model = Bag()
+        with torch.no_grad():
+            model.emb.weight[47] = float("nan")
+        loader = DataLoader(ds, batch_size=8)
+        report = batchcheck.scan(model, loader, nn.CrossEntropyLoss(), quiet=True)
+        f = [f for f in report.findings if f.id == "model-nonfinite"][0]
+        self.assertIn("emb.weight: 8 of 400 values, in row 47", f.message)
+        self.assertNotIn("whatever the batch", f.message)
+        self.assertNotIn("model.pt", f.message)  # batchcheck's own temporary copy is not the user's
+        self.assertEqual(f.fixes[0]["id"], "reset-nonfinite-rows", report.text)
+        self.assertEqual(sorted(b for g_ in report.findings if g_.id == "output-nonfinite" for b in g_.batches), [2])
+        exec(f.fixes[0]["code"], {"torch": torch, "model": model})  # the first fix, applied as printed
+        for x, y in loader:
+            self.assertTrue(torch.isfinite(F.cross_entropy(model(x), y)))
+
     def test_one_bad_label_in_batch_0_does_not_send_a_traceable_model_eager(self):
         g = torch.Generator().manual_seed(0)
         ds = TensorDataset(torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g))

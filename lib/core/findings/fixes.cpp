@@ -557,6 +557,23 @@ void attach_fixes(Finding& f, const FixContext& c) {
                          "opening every file once at start-up; skipped files are not trained on", {}});
     }
   } else if (id == "model-nonfinite") {
+    // A few rows of a parameter (one rare word's embedding): those rows reset train on.
+    const nlohmann::ordered_json none = nlohmann::ordered_json::array();
+    const auto& weights = f.evidence.contains("nonfinite_weights") ? f.evidence["nonfinite_weights"] : none;
+    for (const auto& w : weights) {
+      const auto rows = w.value("rows", std::vector<int64_t>{});
+      if (rows.empty() || w.value("nonfinite", uint64_t{0}) == w.value("values", uint64_t{0})) continue;
+      const std::string name = w.value("name", std::string());
+      f.fixes.push_back({"reset-nonfinite-rows",
+                         "set the " + plural(w.value("rows_total", uint64_t{0}), "row") + " of " + name +
+                             " that hold NaN or Inf to finite values, and find why they diverged",
+                         "with torch.no_grad():\n    w = model.get_parameter(" + python_literal(name) +
+                             ")\n    bad = ~torch.isfinite(w).flatten(1).all(1)\n    w[bad] = w[~bad].mean(0)",
+                         "those rows restart from the mean of the others; a loss that blew up on them will again "
+                         "(scan the batches that hold their ids)",
+                         {}});
+      break;
+    }
     f.fixes.push_back({"earlier-checkpoint", "load a checkpoint saved before the weights turned NaN",
                        "bad = [n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]",
                        "loses the steps after it; the cause (a diverging loss) remains", {}});

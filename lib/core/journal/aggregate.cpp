@@ -57,7 +57,8 @@ void Aggregator::start(const ScanStart& s) {
   advance_watermark();
   series_.reset(s.ranks.size(), s.ranks.empty() ? 0 : s.replay_steps / s.ranks.size());
   mode_findings();
-  if (auto f = model_nonfinite_finding(s.model, cfg_.model.path)) {
+  // batchcheck.scan()'s model.pt is its own temporary copy: the user knows the model they gave.
+  if (auto f = model_nonfinite_finding(s.model, cfg_.source.empty() ? cfg_.model.path : "the model given to batchcheck.scan()")) {
     findings_.push_back(std::move(*f));
     first_batch_.emplace_back();
   }

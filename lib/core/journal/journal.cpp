@@ -21,6 +21,21 @@ std::optional<T> opt_of(const json& j) {
   return j.get<T>();
 }
 
+json weights_json(const std::vector<NonfiniteWeight>& ws) {
+  json out = json::array();
+  for (const auto& w : ws) out.push_back({w.name, w.nonfinite, w.values, w.rows, w.rows_total});
+  return out;
+}
+
+std::vector<NonfiniteWeight> weights_of(const json& j) {
+  std::vector<NonfiniteWeight> out;
+  for (const json& w : j) {
+    out.push_back({w.at(0).get<std::string>(), w.at(1).get<uint64_t>(), w.at(2).get<uint64_t>(),
+                   w.at(3).get<std::vector<int64_t>>(), w.at(4).get<uint64_t>()});
+  }
+  return out;
+}
+
 json meta_json(const TensorMeta& m) {
   return {{"present", m.present}, {"shape", m.shape}, {"dtype", m.dtype}, {"floating", m.floating}};
 }
@@ -178,7 +193,8 @@ void JournalWriter::start(const ScanStart& s) {
                     {"frozen_train", {m.frozen_train.batch_norm, m.frozen_train.dropout}},
                     {"frozen_eval", {m.frozen_eval.batch_norm, m.frozen_eval.dropout}},
                     {"nonfinite_parameters", m.nonfinite_parameters}, {"nonfinite_buffers", m.nonfinite_buffers},
-                    {"call", {m.call.forward, m.call.select, m.call.targets, m.call.loss}}}},
+                    {"call", {m.call.forward, m.call.select, m.call.targets, m.call.loss}},
+                    {"nonfinite_weights", weights_json(m.nonfinite_weights)}}},
          {"device", s.device}, {"libtorch", s.libtorch}, {"backward", s.backward}, {"ranks", s.ranks},
          {"replay_steps", s.replay_steps}, {"geometry", geometry}};
   if (!s.device_note.empty()) line["device_note"] = s.device_note;  // only then: parts written before it stay valid
@@ -275,6 +291,7 @@ JournalLine apply_journal_json(const nlohmann::ordered_json& j, ScanSink& sink) 
       s.model.nonfinite_parameters = m.at("nonfinite_parameters").get<std::vector<std::string>>();
       s.model.nonfinite_buffers = m.at("nonfinite_buffers").get<std::vector<std::string>>();
       s.model.format = m.at("format").get<std::string>();
+      if (const auto w = m.find("nonfinite_weights"); w != m.end()) s.model.nonfinite_weights = weights_of(*w);
       if (const auto c = m.find("call"); c != m.end()) {
         s.model.call = {c->at(0).get<std::string>(), c->at(1).get<std::string>(), c->at(2).get<std::string>(),
                         c->at(3).get<std::string>()};

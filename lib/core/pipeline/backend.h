@@ -48,12 +48,22 @@ struct BatchNormSite {
   std::vector<int64_t> input_shape;
 };
 
+// A parameter holding NaN or Inf as loaded: how much of it, and which rows (its first dimension:
+// an embedding's ids, a linear layer's outputs) where it has two dimensions or more.
+struct NonfiniteWeight {
+  std::string name;
+  uint64_t nonfinite = 0, values = 0;
+  std::vector<int64_t> rows;  // the first few
+  uint64_t rows_total = 0;    // rows holding any; 0 where it has one dimension
+};
+
 struct ModelInfo {
   std::vector<std::string> batchnorm_modules;  // qualified names of BatchNorm submodules
   std::string format = "torchscript";          // "torchscript" or "pt2" (an AOTInductor package)
   FrozenModeOps frozen_train, frozen_eval;     // constant training=True / training=False
   // Qualified names of the parameters and buffers that hold NaN or Inf as loaded from the file.
   std::vector<std::string> nonfinite_parameters, nonfinite_buffers;
+  std::vector<NonfiniteWeight> nonfinite_weights;  // the parameters', in detail
   ForwardCall call;  // how forward is called on the batch (model.call, or the stream's greeting)
 };
 

@@ -189,9 +189,10 @@ const std::vector<FindingInfo> kCatalog = {
      "reproduce"},
     {"model-nonfinite", Severity::Error, "model",
      "the model's parameters or buffers hold NaN or Inf as loaded from its file",
-     "nothing is raised: every prediction (or, for BatchNorm buffers, every eval-mode prediction) is NaN",
-     "a run that diverged and saved its weights; a BatchNorm running_var poisoned by a batch of one",
-     "earlier-checkpoint, clip-gradients"},
+     "nothing is raised: every prediction that uses those values (all of them for a whole parameter; for BatchNorm "
+     "buffers, every eval-mode prediction) is NaN",
+     "a run that diverged and saved its weights; one rare id's embedding row; a BatchNorm running_var poisoned by a batch of one",
+     "reset-nonfinite-rows (a few rows), earlier-checkpoint, clip-gradients"},
     {"trace-mode-mismatch", Severity::Warning, "model",
      "a traced archive has BatchNorm's or dropout's training flag frozen to the other mode than the scan's",
      "nothing is raised: what only train mode computes cannot show (BatchNorm on one value per channel is "

@@ -356,7 +356,17 @@ class TorchScriptRunner : public ModelRunner {
     };
     for (const auto& p : module_.named_parameters(true)) {
       params_.emplace_back(p.name, p.value);
-      if (nonfinite(p.value)) info_.nonfinite_parameters.push_back(p.name);
+      if (!nonfinite(p.value)) continue;
+      info_.nonfinite_parameters.push_back(p.name);
+      // How much of it: one rare word's embedding row is not every prediction.
+      const at::Tensor bad = at::isfinite(p.value.detach()).logical_not();
+      NonfiniteWeight w{p.name, static_cast<uint64_t>(bad.sum().item<int64_t>()), static_cast<uint64_t>(p.value.numel()), {}, 0};
+      if (bad.dim() >= 2) {
+        const at::Tensor rows = bad.flatten(1).any(1).nonzero().flatten();
+        w.rows_total = static_cast<uint64_t>(rows.numel());
+        for (int64_t i = 0; i < std::min<int64_t>(rows.numel(), 8); ++i) w.rows.push_back(rows[i].item<int64_t>());
+      }
+      info_.nonfinite_weights.push_back(std::move(w));
     }
     // The buffers as loaded, kept to restore before every rank and the probes.
     for (const auto& b : module_.named_buffers(true)) {

@@ -2,6 +2,7 @@
 // cause they give to each batch's NaN.
 #include <gtest/gtest.h>
 
+#include "core/findings/fixes.h"
 #include "core/pipeline/model_findings.h"
 
 using namespace batchcheck;
@@ -35,4 +36,36 @@ TEST(ModelFindings, NonfiniteWeightsAndBuffersAreNamed) {
   EXPECT_TRUE(model_root_cause(bn, Mode::Train).is_null());
   EXPECT_EQ(model_root_cause(bn, Mode::Eval)["summary"],
             "the model's own buffers hold NaN or Inf as loaded (bn1.running_var), not this batch: see model-nonfinite");
+}
+
+// One rare word's embedding row: the predictions that use it are NaN, not every one; the first
+// fix resets those rows (the checkpoint and the clipping after it).
+TEST(ModelFindings, APartlyNonfiniteParameterSaysHowMuchAndWhichRows) {
+  ModelInfo m;
+  m.nonfinite_parameters = {"emb.weight"};
+  m.nonfinite_weights = {{"emb.weight", 16, 6400, {7}, 1}};
+  auto f = model_nonfinite_finding(m, "the model given to batchcheck.scan()");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->message,
+            "the model holds NaN or Inf in 1 parameter (emb.weight: 16 of 6400 values, in row 7) as loaded from the model "
+            "given to batchcheck.scan(): a prediction that uses those values is NaN (an embedding's row: the samples "
+            "holding that id), the others are not");
+  EXPECT_EQ(f->evidence["nonfinite_weights"][0]["rows"], nlohmann::ordered_json({7}));
+  Geometry g = compute_geometry(LoaderSpec{});
+  FixContext ctx;
+  ctx.geometry = &g;
+  attach_fixes(*f, ctx);
+  ASSERT_EQ(f->fixes.size(), 3u);
+  EXPECT_EQ(f->fixes[0].id, "reset-nonfinite-rows");
+  EXPECT_EQ(f->fixes[0].code,
+            "with torch.no_grad():\n    w = model.get_parameter(\"emb.weight\")\n    bad = ~torch.isfinite(w).flatten(1).all(1)\n"
+            "    w[bad] = w[~bad].mean(0)");
+  EXPECT_EQ(f->fixes[1].id, "earlier-checkpoint");
+  // The whole parameter: every prediction, and no rows to reset.
+  m.nonfinite_weights = {{"emb.weight", 6400, 6400, {0, 1, 2, 3, 4, 5, 6, 7}, 100}};
+  f = model_nonfinite_finding(m, "m.pt");
+  EXPECT_EQ(f->message, "the model holds NaN or Inf in 1 parameter (emb.weight: 6400 of 6400 values, in rows 0, 1, 2, 3, 4, 5, 6, 7 "
+                        "and 92 more) as loaded from m.pt: every prediction computed with them is NaN, whatever the batch");
+  attach_fixes(*f, ctx);
+  EXPECT_EQ(f->fixes[0].id, "earlier-checkpoint");
 }
