@@ -344,7 +344,7 @@ def _autocast_seen(seen):
         cls.__enter__ = enter
 
 
-def notes(captures):
+def notes(captures, precision=None):
     """What the report says of the captures: how many, proven at how many shapes, and the precision
     the step ran in (the user's autocast, replayed where the trace recorded its casts)."""
     out = []
@@ -367,7 +367,7 @@ def notes(captures):
             out.append("precision: your %s runs under torch.autocast(%r, dtype=%s); %s" % (
                 what, device, dtype, "the capture recorded its casts, so the engine ran those ops in %s as your %s does" % (name, what)
                 if replayed else "the capture holds none of its casts, so the engine did not run it in %s" % name))
-    else:
+    elif precision in (None, "fp32"):  # scan(precision=) in half: the engine's own note says how it ran
         dtypes = sorted({str(p.dtype).replace("torch.", "") for p in captures.owner.parameters() if p.is_floating_point()})
         out.append("precision: %s, as your %s runs (no torch.autocast seen)" % (", ".join(dtypes) or "float32", what))
     return out

@@ -501,7 +501,7 @@ class Session:
             data = json.load(f)
         extra = []
         if self.server.captures is not None:
-            extra = _capture.notes(self.server.captures)
+            extra = _capture.notes(self.server.captures, self.o.precision)
         elif self.step_runner is not None:
             extra = _step_notes(self.step_runner, self.config.get("precision"))
         if self.model is not None and code in (0, 1):

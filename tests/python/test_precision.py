@@ -188,6 +188,22 @@ class TestTheStepAsWrittenIsWatched(unittest.TestCase):
     as the engine watches a graph's, the overflow at the AMP loop's batch and sample, measured in
     float32, for each case above; bf16 and float32 pass."""
 
+    def test_the_notes_say_how_the_step_ran_in_half(self):
+        # The step as written: watched in the scanning process, and the engine's note says so; with
+        # capture=True the engine ran it under its autocast, and no note says float32.
+        model, loader, _ = linear_case()
+
+        def step(m, batch):
+            x, y = batch
+            return nn.functional.cross_entropy(m(x), y)
+        written = batchcheck.scan(model, loader, step=step, precision="fp16", quiet=True)
+        notes = " ".join(written.data["notes"])
+        self.assertIn("your step ran under it in your process, every op's float16 output watched there", notes)
+        self.assertNotIn("not watched", notes)
+        captured = batchcheck.scan(model, loader, step=step, precision="fp16", capture=True, quiet=True)
+        self.assertNotIn("float32, as your step runs", captured.text + " ".join(captured.data["notes"]))
+        self.assertIn("every op's float16 output was watched", " ".join(captured.data["notes"]))
+
     def test_each_overflow_case_through_a_step(self):
         def step(model, batch):
             return nn.functional.cross_entropy(model(batch[0]), batch[1])

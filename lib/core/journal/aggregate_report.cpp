@@ -247,7 +247,10 @@ ScanResult Aggregator::result(const ScanEnd& end) {
                                                    : " under torch.autocast(\"" + device + "\", dtype=torch." + dtype +
                                                          ") around forward and the loss, with PyTorch's own op lists");
     if (!cfg_.precision.from.empty()) n += ", from " + cfg_.precision.from;
-    if (cfg_.model.format == ModelFormat::Eager) {
+    if (cfg_.model.format == ModelFormat::Eager && cfg_.loss.type == LossType::Step) {
+      // batchcheck.scan()'s step as written: its own dispatch mode watches every op's output there.
+      n += "; your step ran under it in your process, every op's " + dtype + " output watched there as it ran";
+    } else if (cfg_.model.format == ModelFormat::Eager) {
       n += "; forward ran under it in your process, where its ops are not watched: an overflow there shows as the NaN "
            "it makes (output-nonfinite)";
     } else {
