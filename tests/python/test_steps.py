@@ -555,6 +555,23 @@ class TestClaimsTrueOfTheCase(unittest.TestCase):
         for x, y in loader:
             self.assertTrue(torch.isfinite(F.cross_entropy(model(x), y)))
 
+    def test_a_label_past_the_classes_of_a_loss_inside_forward_is_ignored_as_minus_100(self):
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g))
+        ds.tensors[1][19] = 9
+        model = LossInForwardUnscriptable()
+        with warnings_off():
+            report = batchcheck.scan(model, DataLoader(ds, batch_size=8), loss="model", quiet=True)
+        f = [f for f in report.findings if f.severity == "error"][0]
+        self.assertEqual((f.batch, f.samples), (2, [19]), report.text)
+        fix = f.fixes[0]
+        self.assertEqual(fix["id"], "ignore-index", report.text)
+        self.assertNotIn("ignore_index=", fix["code"])  # no argument the user could pass to forward's own loss
+        for x, labels in DataLoader(ds, batch_size=8):  # the first fix, applied as printed, in the loop
+            scope = {"labels": labels}
+            exec(fix["code"], scope)
+            self.assertTrue(torch.isfinite(model(x, scope["labels"])))
+
     def test_one_bad_label_in_batch_0_does_not_send_a_traceable_model_eager(self):
         g = torch.Generator().manual_seed(0)
         ds = TensorDataset(torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g))

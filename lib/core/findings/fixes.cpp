@@ -607,8 +607,14 @@ void attach_fixes(Finding& f, const FixContext& c) {
       token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
     } else if (what == "class index") {
       const double value = ix.value("value", 0.0);
-      class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore_index_call(ix.value("op", std::string()), format_number(value)),
-                        number_at(ix, "smallest"));
+      const std::string v = format_number(value);
+      // A loss computed inside forward (transformers') takes no ignore_index from the user: the
+      // label itself becomes -100, cross_entropy's default ignore_index.
+      const std::string ignore =
+          c.loss.type == LossType::Model
+              ? "labels = labels.masked_fill(labels == " + v + ", -100)  # before forward: its loss ignores -100 (cross_entropy's default)"
+              : ignore_index_call(ix.value("op", std::string()), v);
+      class_index_fixes(f.fixes, value, ix.value("classes", 0.0), ignore, number_at(ix, "smallest"));
     }
     f.fixes.push_back(reproduce(f, c, false, false));
   } else {

@@ -435,10 +435,15 @@ TEST(Fixes, AClassIndexInsideForwardGetsTheLossFunctionsFixesNotAValueRanges) {
   Finding f;
   const J past = {{"index_fault", {{"op", "aten::cross_entropy_loss"}, {"what", "class index"}, {"value", 53}, {"classes", 50}}}};
   ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, past, {}}, &f), (V{"ignore-index", "remap-labels", "reproduce"}));
-  EXPECT_EQ(f.fixes[0].code, "F.cross_entropy(..., ignore_index=53)");
+  // The user passes no ignore_index to a loss inside forward: the label becomes -100 instead.
+  EXPECT_EQ(f.fixes[0].code, "labels = labels.masked_fill(labels == 53, -100)  # before forward: its loss ignores -100 (cross_entropy's default)");
   EXPECT_EQ(f.fixes[1].code, "target[target == 53] = <class>");
   const J off_by_one = {{"index_fault", {{"op", "aten::nll_loss_nd"}, {"what", "class index"}, {"value", 50}, {"classes", 50}}}};
   ASSERT_EQ(fix_ids({"", s, "forward-error", 8, 2, Severity::Error, off_by_one, {}}, &f), (V{"remap-labels", "ignore-index", "reproduce"}));
+  EXPECT_EQ(f.fixes[1].code, "labels = labels.masked_fill(labels == 50, -100)  # before forward: its loss ignores -100 (cross_entropy's default)");
+  // The user's own step calls the loss: there ignore_index is theirs to pass.
+  const LoaderCase step{1041, 8, 1, false, LossType::Step};
+  ASSERT_EQ(fix_ids({"", step, "forward-error", 8, 2, Severity::Error, off_by_one, {}}, &f), (V{"remap-labels", "ignore-index", "reproduce"}));
   EXPECT_EQ(f.fixes[1].code, "F.nll_loss(..., ignore_index=50)");
 }
 
