@@ -151,13 +151,15 @@ class OpChecks(TorchFunctionMode):
         check = _CHECKS.get(func)
         if check is not None:
             with torch._C.DisableTorchFunction():
-                fault = check(self, *args, **kwargs)
-            if fault is not None:
+                found = check(self, *args, **kwargs)
+            new = found if isinstance(found, list) else [] if found is None else [found]
+            for fault in new:
                 if self.stack and self.stack[-1][0]:
                     fault["module_type"] = self.stack[-1][1]  # "criterion (BCELoss)"
                 self.faults.append(fault)
-                if fault.get("fatal", True):
-                    raise Stopped(fault)
+            stop = next((f for f in new if f.get("fatal", True)), None)
+            if stop is not None:
+                raise Stopped(stop)
         return func(*args, **kwargs)
 
     def _index(self, op, index, bound, what, bound_name, ignore=None, fault_id="index", rows=None):
@@ -196,6 +198,41 @@ class OpChecks(TorchFunctionMode):
         if not isinstance(input, torch.Tensor) or not isinstance(dim, int) or input.dim() == 0:
             return None
         return self._index("aten::gather", index, input.shape[dim], "index", "size")
+
+    def pack_padded(self, input, lengths, batch_first=False, *args, **kwargs):
+        """pack_padded_sequence's lengths, each in [1, the padded length]: a sample of length 0 (an
+        empty text, a silent clip) raises. The lengths come sorted: their rows are read from the
+        batch's field that holds the same values."""
+        if not isinstance(input, torch.Tensor) or not isinstance(lengths, torch.Tensor) or input.dim() < 2:
+            return None
+        padded = input.shape[1] if batch_first else input.shape[0]
+        n = lengths.detach().cpu().long().reshape(-1)
+        bad = (n <= 0) | (n > padded)
+        if not bool(bad.any()):
+            return None
+        rows = None
+        for t in self.fields:  # the batch's lengths field, in the batch's own order
+            if isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == n.numel() and not t.is_floating_point():
+                field = t.detach().cpu().long()
+                if torch.equal(field.sort().values, n.sort().values):
+                    rows = torch.nonzero((field <= 0) | (field > padded)).flatten().tolist()
+                    break
+        v = int(n[bad][0])
+        return {"id": "index", "contract": "pack_padded_sequence", "what": "sequence length", "loss": "",
+                "text": "a sequence length of %d for a padded length of %d" % (v, padded), "consequence": "",
+                "fatal": True, "rows": rows if rows is not None else [],
+                "detail": {"length": v, "padded": int(padded)}, "site": _site("aten::_pack_padded_sequence", self.stack)}
+
+    def scatter(self, input, dim, index, *args, **kwargs):
+        """scatter's index along `dim`; [N, C] scattered along 1 by [N, 1] is a one-hot of labels
+        (an image library's mixup_target): its value is a class."""
+        if not isinstance(input, torch.Tensor) or not isinstance(dim, int) or input.dim() == 0:
+            return None
+        one_hot = input.dim() == 2 and dim in (1, -1) and isinstance(index, torch.Tensor) and index.dim() == 2 and \
+            index.shape[1] == 1
+        if one_hot:
+            return self._index("aten::scatter", index, input.shape[dim], "class value", "num_classes")
+        return self._index("aten::scatter", index, input.shape[dim], "index", "size")
 
     def class_index(self, input, target, *args, ignore_index=-100, **kwargs):
         if not isinstance(input, torch.Tensor):
@@ -241,6 +278,70 @@ class OpChecks(TorchFunctionMode):
     def bce_logits(self, input, target, *args, **kwargs):
         return self.bce(input, target, logits=True)
 
+    def ctc(self, log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+        """ctc_loss's contract, per sample: its input length within the frames, its target's
+        labels below the classes and none the blank, and the target (with a blank between each
+        repeated label) no longer than its input, else its loss is inf (0 with zero_infinity)."""
+        if not isinstance(log_probs, torch.Tensor) or log_probs.dim() not in (2, 3):
+            return None
+        frames, classes = log_probs.shape[0], log_probs.shape[-1]
+        n = log_probs.shape[1] if log_probs.dim() == 3 else 1
+        il = torch.as_tensor(input_lengths).detach().cpu().long().reshape(-1)
+        tl = torch.as_tensor(target_lengths).detach().cpu().long().reshape(-1)
+        t = torch.as_tensor(targets).detach().cpu().long()
+        if il.numel() != n or tl.numel() != n:
+            return None
+        labels = []
+        start = 0
+        for i in range(n):
+            k = int(tl[i])
+            labels.append(t[i, :k] if t.dim() == 2 else t[start:start + k])
+            start += k
+        site = _site("aten::ctc_loss", self.stack)
+        base = {"contract": "ctc_loss", "loss": "", "site": site, "bound": int(classes)}
+
+        def fault(fid, what, rows, text, consequence, fatal, detail):
+            return dict(base, id=fid, what=what, rows=rows, text=text, consequence=consequence, fatal=fatal,
+                        detail=detail)
+        out = []
+        long_in = [i for i in range(n) if int(il[i]) > frames or int(il[i]) < 0]
+        if long_in:
+            i = long_in[0]
+            out.append(fault("index", "input length", long_in, "an input length of %d for %d frames of log_probs "
+                             "(row %d of the batch)" % (int(il[i]), frames, i), "", True,
+                             {"input_lengths": [int(il[j]) for j in long_in[:8]], "frames": int(frames)}))
+            return out
+        past = [i for i in range(n) if labels[i].numel() and (int(labels[i].max()) >= classes or int(labels[i].min()) < 0)]
+        if past:
+            i = past[0]
+            v = int(labels[i].max()) if int(labels[i].max()) >= classes else int(labels[i].min())
+            out.append(fault("index", "target label", past, "a CTC target label %d for %d classes (row %d of the batch)" % (v, classes, i),
+                             "", True, {"value": v, "classes": int(classes)}))
+            return out
+        too_long = []
+        for i in range(n):
+            lab = labels[i]
+            repeats = int((lab[1:] == lab[:-1]).sum()) if lab.numel() > 1 else 0
+            if lab.numel() + repeats > int(il[i]):
+                too_long.append((i, lab.numel() + repeats, int(il[i])))
+        if too_long:
+            i, need, have = too_long[0]
+            out.append(fault(
+                "loss-nonfinite", "target longer than input", [r for r, _, _ in too_long],
+                "a CTC target that needs %d frames (its labels, and a blank between repeats) for an input of %d (row %d of the batch)"
+                % (need, have, i),
+                "ctc_loss %s for it without a word" % ("is 0 with zero_infinity=True: it does not train" if zero_infinity
+                                                       else "is inf (its gradients NaN)"),
+                False, {"needed": [x for _, x, _ in too_long[:8]], "input_lengths": [x for _, _, x in too_long[:8]],
+                        "zero_infinity": bool(zero_infinity)}))
+        blanks = [i for i in range(n) if bool((labels[i] == blank).any())]
+        if blanks:
+            out.append(fault("target-out-of-range", "blank in target", blanks,
+                             "a CTC target holding the blank index %d (row %d of the batch)" % (blank, blanks[0]),
+                             "ctc_loss reads it as no label at all: a wrong loss without a word", False,
+                             {"blank": int(blank), "classes": int(classes)}))
+        return out or None
+
 
 _CHECKS = {
     F.embedding: OpChecks.embedding,
@@ -252,6 +353,11 @@ _CHECKS = {
     F.one_hot: OpChecks.one_hot,
     F.binary_cross_entropy: OpChecks.bce,
     F.binary_cross_entropy_with_logits: OpChecks.bce_logits,
+    F.ctc_loss: OpChecks.ctc,
+    torch._VF._pack_padded_sequence: OpChecks.pack_padded,
+    torch.scatter: OpChecks.scatter,
+    torch.Tensor.scatter: OpChecks.scatter,
+    torch.Tensor.scatter_: OpChecks.scatter,
 }
 
 

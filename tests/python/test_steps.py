@@ -587,5 +587,122 @@ class TestClaimsTrueOfTheCase(unittest.TestCase):
         self.assertTrue(any("ran in the engine as 1 capture" in n for n in report.data.get("notes", [])))
 
 
+CTC_FRAMES, CTC_CLASSES = 12, 6
+
+
+class CtcData(Dataset):
+    """Speech-like samples: 12 frames each, a target of 3 labels from 1 (the blank is 0)."""
+
+    def __init__(self, n=16, long=(), blank=()):
+        g = torch.Generator().manual_seed(0)
+        self.items = []
+        for i in range(n):
+            tgt = torch.randint(1, CTC_CLASSES, (14 if i in long else 3,), generator=g)
+            if i in blank:
+                tgt[1] = 0
+            self.items.append((torch.randn(CTC_FRAMES, 4, generator=g), tgt))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def ctc_collate(batch):  # the CTC tutorial's: targets concatenated, the lengths as Python lists
+    x = torch.stack([a for a, _ in batch])
+    return x, torch.cat([t for _, t in batch]), [CTC_FRAMES] * len(batch), [len(t) for _, t in batch]
+
+
+class CtcEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, CTC_CLASSES)
+
+    def forward(self, x):
+        return self.lin(x).log_softmax(-1).transpose(0, 1)  # [T, N, C]
+
+
+def ctc_step(model, batch):
+    x, targets, input_lengths, target_lengths = batch
+    return F.ctc_loss(model(x), targets, input_lengths, target_lengths)
+
+
+class TestOpContracts(unittest.TestCase):
+    """The contracts of the ops real steps use, checked before they run, with the sample and the
+    fixes of each (issue 60 item 4)."""
+
+    def test_a_ctc_target_longer_than_its_input_is_its_sample_with_the_lengths_fix(self):
+        data = CtcData(long={10})
+        loader = DataLoader(data, batch_size=8, collate_fn=ctc_collate)
+        report = batchcheck.scan(CtcEncoder(), loader, step=ctc_step, quiet=True)
+        self.assertEqual(errors(report), {"loss-nonfinite": [(1, [10])]}, report.text)
+        f = [f for f in report.findings if f.id == "loss-nonfinite"][0]
+        self.assertRegex(f.message, r"^a CTC target that needs \d+ frames \(its labels, and a blank between repeats\) for an "
+                                    r"input of 12")
+        self.assertEqual([x["id"] for x in f.fixes], ["ctc-lengths", "ctc-zero-infinity", "reproduce"])
+        # The first fix applied: the sample whose target its input cannot hold is dropped.
+        kept = [k for k in range(len(data)) if len(data[k][1]) <= CTC_FRAMES]
+        self.assertEqual(real_loop(CtcEncoder(), DataLoader(torch.utils.data.Subset(data, kept), batch_size=8,
+                                                            collate_fn=ctc_collate), ctc_step), {})
+        for x, t, il, tl in DataLoader(torch.utils.data.Subset(data, kept), batch_size=8, collate_fn=ctc_collate):
+            self.assertTrue(torch.isfinite(ctc_step(CtcEncoder(), (x, t, il, tl))))
+
+    def test_a_ctc_target_holding_the_blank_is_named_not_passed(self):
+        report = batchcheck.scan(CtcEncoder(), DataLoader(CtcData(blank={5}), batch_size=8, collate_fn=ctc_collate),
+                                 step=ctc_step, quiet=True)
+        f = [f for f in report.findings if f.id == "target-out-of-range"]
+        self.assertEqual([(x.batch, x.samples) for x in f], [(0, [5])], report.text)
+        self.assertEqual(f[0].fixes[0]["id"], "ctc-labels-past-blank")
+        self.assertFalse(report.ok)
+
+    def test_a_one_hot_made_by_scatter_names_the_label_and_remaps_it(self):
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(32, 6, generator=g), torch.randint(0, 4, (32,), generator=g))
+        ds.tensors[1][17] = 4  # 4 classes, labels 0..3: a label 4
+
+        def mixup_target_step(model, batch):  # an image library's mixup_target: a one-hot by scatter_
+            x, y = batch
+            soft = torch.zeros(len(y), 4).scatter_(1, y.unsqueeze(1), 1.0)
+            return F.cross_entropy(model(x), soft)
+        report = batchcheck.scan(nn.Linear(6, 4), DataLoader(ds, batch_size=8), step=mixup_target_step, quiet=True)
+        f = [f for f in report.findings if f.severity == "error"]
+        self.assertEqual([(x.id, x.batch, x.samples) for x in f], [("forward-error", 2, [17])], report.text)
+        self.assertIn("class value 4", f[0].message)
+        self.assertEqual([x["id"] for x in f[0].fixes][:2], ["more-classes", "remap-labels"])
+
+    def test_an_empty_sample_given_to_pack_padded_sequence_is_dropped_first(self):
+        g = torch.Generator().manual_seed(0)
+        seqs = [torch.randn(int(n), 3, generator=g) for n in torch.randint(1, 6, (24,), generator=g)]
+        seqs[9] = torch.zeros(0, 3)
+
+        class Seq(Dataset):
+            def __len__(self):
+                return len(seqs)
+
+            def __getitem__(self, i):
+                return seqs[i], i % 2
+
+        def pad(batch):
+            xs = [x for x, _ in batch]
+            return nn.utils.rnn.pad_sequence(xs, batch_first=True), torch.tensor([len(x) for x in xs]), \
+                torch.tensor([y for _, y in batch])
+
+        rnn = nn.GRU(3, 4, batch_first=True)
+
+        def step(model, batch):
+            x, lengths, y = batch
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            _, h = model(packed)
+            return F.cross_entropy(h[-1][:, :2], y)
+        report = batchcheck.scan(rnn, DataLoader(Seq(), batch_size=8, collate_fn=pad), step=step, quiet=True)
+        f = [f for f in report.findings if f.severity == "error"]
+        self.assertEqual([(x.id, x.batch, x.samples) for x in f], [("forward-error", 1, [9])], report.text)
+        self.assertEqual(f[0].fixes[0]["id"], "drop-empty-samples")
+        kept = [i for i in range(len(seqs)) if len(seqs[i])]  # the first fix applied
+        self.assertEqual(real_loop(rnn, DataLoader(torch.utils.data.Subset(Seq(), kept), batch_size=8, collate_fn=pad),
+                                   step), {})
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])

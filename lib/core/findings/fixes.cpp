@@ -7,6 +7,7 @@
 
 #include "core/base/escape.h"
 #include "core/base/text.h"
+#include "core/findings/contract_fixes.h"
 #include "core/findings/findings.h"
 #include "core/findings/index_fixes.h"
 
@@ -295,6 +296,11 @@ void attach_fixes(Finding& f, const FixContext& c) {
   auto maybe_tail = [&] {
     if (tail) tail_fixes(f, g);
   };
+  // An op's own contract (ctc_loss, pack_padded_sequence): its fixes, then the reproduce.
+  if (contract_fixes(f)) {
+    f.fixes.push_back(reproduce(f, c, id != "forward-error", false));
+    return;
+  }
 
   if (id == "half-overflow" || id == "half-headroom") {
     const std::string module = f.evidence.contains("op") ? f.evidence["op"].value("module", "") : "";
@@ -605,6 +611,12 @@ void attach_fixes(Finding& f, const FixContext& c) {
     const std::string what = ix.value("what", std::string());
     if (what == "token id") {
       token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
+    } else if (what == "class value") {
+      // A one-hot made of the labels (F.one_hot, a scatter_ into [N, classes]): the label past
+      // the classes, remapped or the head widened; nothing there takes an ignore_index.
+      const double value = ix.value("value", 0.0);
+      const double classes = ix.contains("num_classes") ? ix.value("num_classes", 0.0) : ix.value("size", 0.0);
+      class_index_fixes(f.fixes, value, classes, "", number_at(ix, "smallest"));
     } else if (what == "class index") {
       const double value = ix.value("value", 0.0);
       const std::string v = format_number(value);

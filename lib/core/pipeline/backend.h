@@ -125,6 +125,10 @@ struct OpFault {
   std::vector<int64_t> input_shape, target_shape;  // shape-mismatch: the loss's two shapes
   bool fatal = true;         // the op raises (on CUDA: asserts) on it; else it computes a wrong loss
   std::vector<uint64_t> rows;  // the batch's rows holding such values (empty: not per row)
+  // An op's own contract beyond indices and a loss's range (ctc_loss's lengths and blank): its
+  // name, what broke it in words, what the op does then (not fatal), and its numbers.
+  std::string contract, text, consequence;
+  nlohmann::ordered_json detail;
 };
 
 struct ForwardResult {

@@ -56,6 +56,19 @@ std::vector<Emitted> op_fault_findings(const std::vector<OpFault>& faults, uint6
     const std::string consequence =
         f.fatal ? "; training raises there (on CUDA: a device-side assert), so batchcheck stopped " + stopped + " before it"
                 : "; " + f.loss + " computes a loss from it without a word, a wrong one";
+    if (!f.contract.empty()) {
+      // An op's own contract (ctc_loss): its words, its numbers, the rows that break it.
+      ev["contract"] = f.contract;
+      ev["what"] = f.what;
+      if (!f.detail.is_null()) ev["detail"] = f.detail;
+      const std::string id = f.id == "index" ? "forward-error" : f.id;
+      const std::string stage = id == "loss-nonfinite" ? "loss" : id == "target-out-of-range" ? "target" : "forward";
+      out.push_back({id, stage,
+                     f.text + " in " + plural(rows.size(), "sample") + " of a batch of " + std::to_string(batch) + owner + where(f) +
+                         (f.fatal ? consequence : "; " + f.consequence),
+                     ev, rows, rows.size(), ""});
+      continue;
+    }
     if (f.id == "shape-mismatch") {
       ev["loss"] = f.loss;
       ev["input_shape"] = f.input_shape;

@@ -398,7 +398,7 @@ class StreamSource : public DataSource {
       return out;
     };
     static const std::set<std::string> kIds = {"index", "target-out-of-range", "output-out-of-range", "output-nonfinite",
-                                               "target-nonfinite", "shape-mismatch"};
+                                               "target-nonfinite", "shape-mismatch", "loss-nonfinite"};
     for (const json& o : faults) {
       if (!o.is_object()) throw InputError(display_, "faults", "a fault that is not an object: not batchcheck's protocol");
       OpFault f;
@@ -426,6 +426,19 @@ class StreamSource : public DataSource {
       f.outside = static_cast<uint64_t>(std::max(0.0, number(o, "outside")));
       f.nonfinite = static_cast<uint64_t>(std::max(0.0, number(o, "nonfinite")));
       f.elements = static_cast<uint64_t>(std::max(0.0, number(o, "elements")));
+      f.contract = text(o, "contract");
+      f.text = text(o, "text");
+      f.consequence = text(o, "consequence");
+      if (const auto d = o.find("detail"); d != o.end()) {
+        if (!d->is_object() || d->size() > 16) throw InputError(display_, "detail", "not an object of a few numbers: not batchcheck's protocol");
+        for (const auto& [key, value] : d->items()) {
+          // Numbers, flags and short lists of numbers only: the report quotes them.
+          const bool list = value.is_array() && value.size() <= 64 &&
+                            std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_number(); });
+          if (value.is_number() || value.is_boolean() || list) f.detail[single_line(key)] = value;
+        }
+      }
+      if (f.id == "loss-nonfinite" && f.contract.empty()) throw InputError(display_, "faults", "a loss fault of no contract: not batchcheck's protocol");
       f.input_shape = ints(o, "input_shape");
       f.target_shape = ints(o, "target_shape");
       for (int64_t r : ints(o, "rows")) {
