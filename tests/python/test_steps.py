@@ -572,6 +572,25 @@ class TestClaimsTrueOfTheCase(unittest.TestCase):
             exec(fix["code"], scope)
             self.assertTrue(torch.isfinite(model(x, scope["labels"])))
 
+    def test_a_step_that_runs_but_cannot_be_traced_is_not_said_to_raise(self):
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(24, 6, generator=g), torch.randint(0, 4, (24,), generator=g))
+
+        def untraceable(model, batch):  # code a trace cannot follow, which runs as training runs it
+            if torch.jit.is_tracing():
+                raise RuntimeError("this step cannot be traced")
+            x, y = batch
+            return F.cross_entropy(model(x), y)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            report = batchcheck.scan(nn.Linear(6, 4), DataLoader(ds, batch_size=8), step=untraceable, capture=True,
+                                     quiet=True)
+        said = " ".join(str(w.message) for w in seen if "batchcheck.scan" in str(w.message))
+        self.assertIn("your step runs, but no trace of it can be made (this step cannot be traced)", said)
+        self.assertNotIn("your step raises", said)
+        self.assertNotIn("half-precision ops watched", said)  # float32: none to watch
+        self.assertTrue(report.ok, report.text)
+
     def test_one_bad_label_in_batch_0_does_not_send_a_traceable_model_eager(self):
         g = torch.Generator().manual_seed(0)
         ds = TensorDataset(torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g))
