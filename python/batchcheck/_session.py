@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import threading
 import warnings
 from collections.abc import Mapping
@@ -167,6 +168,7 @@ class Session:
 
     def __init__(self, model, loader, order, sequential, o):
         self.o, self.loader = o, loader
+        self.started = time.monotonic()
         self.target_key, self.output = o.target_key, o.output
         self.janitor = Janitor()
         self.server = _Server(loader, order, o.input_key, o.target_key or "targets", self.janitor)
@@ -517,7 +519,7 @@ class Session:
         from batchcheck import _verify
         before = json.dumps(data.get("findings", []))
         said = _verify.try_fixes(data, self.model, self.loader, self.server.order, self.o, self.server.call,
-                                 self.output)
+                                 self.output, time.monotonic() - self.started)
         if not said:
             return text
         data.setdefault("notes", []).extend("fixes tried: " + s for s in said)

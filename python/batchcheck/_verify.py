@@ -20,7 +20,7 @@ import torch
 _SIZE_FINDINGS = {"forward-error", "loss-error", "backward-error", "batchnorm-single-value", "hardcoded-batch-size",
                   "batch-dim-mismatch", "shape-mismatch", "batch-unchecked"}
 _MAX_RUNS = 64          # batches run in all, over every fix tried
-_MAX_SECONDS = 20.0     # and the time they may take (a large model's step)
+_MAX_SECONDS = 20.0     # and the time they may take (a large model's step), at most a tenth of the scan's beyond 2 s
 _MAX_SIZES = 3          # sizes offered by a new batch-size fix
 _MAX_AFFECTED = 3       # failing batches of a finding whose samples are run again
 
@@ -29,13 +29,14 @@ class _Runner:
     """Runs one batch (a list of dataset indices) as the scan ran it; returns None where it
     passes, else why not."""
 
-    def __init__(self, model, loader, o, call, output):
+    def __init__(self, model, loader, o, call, output, seconds=_MAX_SECONDS):
         self.model, self.loader, self.o, self.call, self.output = model, loader, o, call, output
         self.runs = 0
         self.started = time.monotonic()
+        self.seconds = seconds
 
     def spent(self, budget):
-        return self.runs >= budget or time.monotonic() - self.started > _MAX_SECONDS
+        return self.runs >= budget or time.monotonic() - self.started > self.seconds
 
     def __call__(self, idx):
         from batchcheck import _capture
@@ -118,14 +119,15 @@ def _said(ran, b, n_batches):
         b, " and ".join(parts), ", holding the finding's samples," if held else "")
 
 
-def try_fixes(data, model, loader, order, o, call, output):
+def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
     """Tries the batch-size and drop_last fixes of the report's error findings on the user's own
     code; edits `data` (the report's JSON). Returns the lines that say what was tried."""
     flat = [i for idx in order for i in idx]
     b0 = loader.batch_size
     if not flat or not b0 or getattr(loader, "sampler", None) is None:
         return []
-    run = _Runner(model, loader, o, call or {}, output)
+    seconds = _MAX_SECONDS if scan_seconds is None else min(_MAX_SECONDS, max(2.0, 0.1 * scan_seconds))
+    run = _Runner(model, loader, o, call or {}, output, seconds)
     budget, said, started = _MAX_RUNS, [], time.monotonic()
     n_batches = len(order)
     searches = []

@@ -584,8 +584,9 @@ TEST(ScanE2E, BackwardErrorFromAnInplaceOpOnASigmoidOutput) {
       << f["message"];
   EXPECT_EQ(f["fixes"][0]["id"], "out-of-place");
   EXPECT_EQ(f["fixes"].back()["code"],
-            "from torch.utils.data import default_collate; x, y = default_collate([dataset[i] for i in range(0, 4)]); "
-            "model.train(True); out = model(x); loss = nn.BCELoss()(out, y); loss.backward()");
+            "import torch\nfrom torch import nn\nfrom torch.utils.data import default_collate\nidx = range(0, 4)\n"
+            "x, y = default_collate([dataset[i] for i in idx])\nmodel.train(True)\nout = model(x)\n"
+            "loss = nn.BCELoss()(out, y)\nloss.backward()\n");
   // Forward-only, it passes: exactly what PyTorch does without backward().
   auto fwd = s.scan({"--no-backward"});
   EXPECT_EQ(fwd.code, 0) << fwd.report["findings"].dump(1);
@@ -815,4 +816,13 @@ TEST(ScanE2E, PrecisionFp16FindsTheOverflowAtItsSampleAndBf16Passes) {
   EXPECT_EQ(w["severity"], "warning");
   EXPECT_EQ(w["samples"], Json::array({6}));
   EXPECT_EQ(w["evidence"]["peak"], 40000.0);
+  // The batch with the largest value leads (batch 1, after batch 0's smaller one): its reproduce
+  // rebuilds that whole batch, not its sample alone.
+  s.inputs(8, 4, [](uint64_t i, uint64_t) { return i == 6 ? 125.0f : i == 1 ? 100.0f : 0.3f; });  // 50,000 after 40,000
+  auto led = s.scan({"--precision", "fp16"});
+  const Json l = one(led, "half-headroom");
+  EXPECT_EQ(l["batch"], 1);
+  EXPECT_EQ(l["samples"], Json::array({6}));
+  const std::string code = l["fixes"].back()["code"].get<std::string>();
+  EXPECT_NE(code.find("\nidx = range(4, 8)\n"), std::string::npos) << code;
 }

@@ -568,7 +568,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
     const auto& weights = f.evidence.contains("nonfinite_weights") ? f.evidence["nonfinite_weights"] : none;
     for (const auto& w : weights) {
       const auto rows = w.value("rows", std::vector<int64_t>{});
-      if (rows.empty() || w.value("nonfinite", uint64_t{0}) == w.value("values", uint64_t{0})) continue;
+      if (rows.empty() || !w.value("embedding", false) || w.value("nonfinite", uint64_t{0}) == w.value("values", uint64_t{0})) continue;
       const std::string name = w.value("name", std::string());
       f.fixes.push_back({"reset-nonfinite-rows",
                          "set the " + plural(w.value("rows_total", uint64_t{0}), "row") + " of " + name +

@@ -23,7 +23,7 @@ std::optional<T> opt_of(const json& j) {
 
 json weights_json(const std::vector<NonfiniteWeight>& ws) {
   json out = json::array();
-  for (const auto& w : ws) out.push_back({w.name, w.nonfinite, w.values, w.rows, w.rows_total});
+  for (const auto& w : ws) out.push_back({w.name, w.nonfinite, w.values, w.rows, w.rows_total, w.embedding});
   return out;
 }
 
@@ -31,7 +31,7 @@ std::vector<NonfiniteWeight> weights_of(const json& j) {
   std::vector<NonfiniteWeight> out;
   for (const json& w : j) {
     out.push_back({w.at(0).get<std::string>(), w.at(1).get<uint64_t>(), w.at(2).get<uint64_t>(),
-                   w.at(3).get<std::vector<int64_t>>(), w.at(4).get<uint64_t>()});
+                   w.at(3).get<std::vector<int64_t>>(), w.at(4).get<uint64_t>(), w.at(5).get<bool>()});
   }
   return out;
 }

@@ -55,6 +55,9 @@ struct NonfiniteWeight {
   uint64_t nonfinite = 0, values = 0;
   std::vector<int64_t> rows;  // the first few
   uint64_t rows_total = 0;    // rows holding any; 0 where it has one dimension
+  // An embedding's table (Embedding, EmbeddingBag): a row is an id, used by the samples that
+  // hold it; any other layer's row is an output unit every sample goes through.
+  bool embedding = false;
 };
 
 struct ModelInfo {

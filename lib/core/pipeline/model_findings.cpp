@@ -31,14 +31,16 @@ std::optional<Finding> model_nonfinite_finding(const ModelInfo& m, const std::st
   std::vector<std::string> shown;
   nlohmann::ordered_json detail = nlohmann::ordered_json::array();
   for (const auto& w : m.nonfinite_weights) {
-    whole = whole || w.nonfinite == w.values;
+    // Only an embedding's rows spare the samples that do not hold their ids.
+    whole = whole || w.nonfinite == w.values || !w.embedding || w.rows.empty();
     std::string s = w.name + ": " + std::to_string(w.nonfinite) + " of " + std::to_string(w.values) + " values";
     if (!w.rows.empty()) {
       s += std::string(w.rows_total == 1 ? ", in row " : ", in rows ") + join_ints(w.rows) +
            (w.rows_total > w.rows.size() ? " and " + std::to_string(w.rows_total - w.rows.size()) + " more" : "");
     }
     if (shown.size() < 3) shown.push_back(s);
-    detail.push_back({{"name", w.name}, {"nonfinite", w.nonfinite}, {"values", w.values}, {"rows", w.rows}, {"rows_total", w.rows_total}});
+    detail.push_back({{"name", w.name}, {"nonfinite", w.nonfinite}, {"values", w.values}, {"rows", w.rows}, {"rows_total", w.rows_total},
+                      {"embedding", w.embedding}});
   }
   if (!m.nonfinite_parameters.empty()) {
     parts.push_back(plural(m.nonfinite_parameters.size(), "parameter") + " (" +
@@ -52,8 +54,8 @@ std::optional<Finding> model_nonfinite_finding(const ModelInfo& m, const std::st
   f.message = "the model holds NaN or Inf in " + join(parts, " and ") + " as loaded from " + model_path +
               (m.nonfinite_parameters.empty() ? ": batches normalized with these statistics (eval mode) come out NaN"
                : whole                        ? ": every prediction computed with them is NaN, whatever the batch"
-                                              : ": a prediction that uses those values is NaN (an embedding's row: the "
-                                                "samples holding that id), the others are not");
+                                              : ": a prediction is NaN where its sample holds one of those ids (an "
+                                                "embedding's rows), the others are not");
   f.evidence = {{"parameters", m.nonfinite_parameters}, {"buffers", m.nonfinite_buffers}};
   if (!detail.empty()) f.evidence["nonfinite_weights"] = detail;
   return f;

@@ -56,7 +56,9 @@ void Replayer::record(const BatchContext& ctx, const std::string& id, const std:
   }
   auto key = std::make_tuple(id, ctx.step.rank ? static_cast<int64_t>(*ctx.step.rank) : -1,
                              ctx.step.probe ? ctx.step.size : 0);
-  if (keys_sent_.insert(key).second) ev.batch_indices = indices;
+  // The first record of each finding names its batch; a half-headroom record may lead the
+  // finding later (the scan's largest value), so each names its own.
+  if (keys_sent_.insert(key).second || id == "half-headroom") ev.batch_indices = indices;
   sink_.record(std::move(ev));
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <set>
 
 #include "core/base/errors.h"
 #include "core/base/files.h"
@@ -354,13 +355,20 @@ class TorchScriptRunner : public ModelRunner {
     auto nonfinite = [](const at::Tensor& t) {
       return t.defined() && t.is_floating_point() && !at::isfinite(t).all().item<bool>();
     };
+    std::set<std::string> embeddings;  // the modules whose weight rows are ids
+    for (const auto& m : module_.named_modules()) {
+      auto type = m.value.type()->name();
+      if (type && type->qualifiedName().find("Embedding") != std::string::npos) embeddings.insert(m.name);
+    }
     for (const auto& p : module_.named_parameters(true)) {
       params_.emplace_back(p.name, p.value);
       if (!nonfinite(p.value)) continue;
       info_.nonfinite_parameters.push_back(p.name);
       // How much of it: one rare word's embedding row is not every prediction.
       const at::Tensor bad = at::isfinite(p.value.detach()).logical_not();
-      NonfiniteWeight w{p.name, static_cast<uint64_t>(bad.sum().item<int64_t>()), static_cast<uint64_t>(p.value.numel()), {}, 0};
+      NonfiniteWeight w{p.name, static_cast<uint64_t>(bad.sum().item<int64_t>()), static_cast<uint64_t>(p.value.numel()), {}, 0, false};
+      const std::string::size_type dot = p.name.rfind('.');
+      w.embedding = embeddings.count(dot == std::string::npos ? std::string() : p.name.substr(0, dot)) > 0;
       if (bad.dim() >= 2) {
         const at::Tensor rows = bad.flatten(1).any(1).nonzero().flatten();
         w.rows_total = static_cast<uint64_t>(rows.numel());

@@ -43,13 +43,13 @@ TEST(ModelFindings, NonfiniteWeightsAndBuffersAreNamed) {
 TEST(ModelFindings, APartlyNonfiniteParameterSaysHowMuchAndWhichRows) {
   ModelInfo m;
   m.nonfinite_parameters = {"emb.weight"};
-  m.nonfinite_weights = {{"emb.weight", 16, 6400, {7}, 1}};
+  m.nonfinite_weights = {{"emb.weight", 16, 6400, {7}, 1, true}};
   auto f = model_nonfinite_finding(m, "the model given to batchcheck.scan()");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->message,
             "the model holds NaN or Inf in 1 parameter (emb.weight: 16 of 6400 values, in row 7) as loaded from the model "
-            "given to batchcheck.scan(): a prediction that uses those values is NaN (an embedding's row: the samples "
-            "holding that id), the others are not");
+            "given to batchcheck.scan(): a prediction is NaN where its sample holds one of those ids (an embedding's "
+            "rows), the others are not");
   EXPECT_EQ(f->evidence["nonfinite_weights"][0]["rows"], nlohmann::ordered_json({7}));
   Geometry g = compute_geometry(LoaderSpec{});
   FixContext ctx;
@@ -62,10 +62,19 @@ TEST(ModelFindings, APartlyNonfiniteParameterSaysHowMuchAndWhichRows) {
             "    w[bad] = w[~bad].mean(0)");
   EXPECT_EQ(f->fixes[1].id, "earlier-checkpoint");
   // The whole parameter: every prediction, and no rows to reset.
-  m.nonfinite_weights = {{"emb.weight", 6400, 6400, {0, 1, 2, 3, 4, 5, 6, 7}, 100}};
+  m.nonfinite_weights = {{"emb.weight", 6400, 6400, {0, 1, 2, 3, 4, 5, 6, 7}, 100, true}};
   f = model_nonfinite_finding(m, "m.pt");
   EXPECT_EQ(f->message, "the model holds NaN or Inf in 1 parameter (emb.weight: 6400 of 6400 values, in rows 0, 1, 2, 3, 4, 5, 6, 7 "
                         "and 92 more) as loaded from m.pt: every prediction computed with them is NaN, whatever the batch");
+  attach_fixes(*f, ctx);
+  EXPECT_EQ(f->fixes[0].id, "earlier-checkpoint");
+  // One value of a linear layer's row: an output unit every sample goes through, so every
+  // prediction after it.
+  m.nonfinite_parameters = {"3.weight"};
+  m.nonfinite_weights = {{"3.weight", 1, 24, {1}, 1, false}};
+  f = model_nonfinite_finding(m, "m.pt");
+  EXPECT_EQ(f->message, "the model holds NaN or Inf in 1 parameter (3.weight: 1 of 24 values, in row 1) as loaded from m.pt: "
+                        "every prediction computed with them is NaN, whatever the batch");
   attach_fixes(*f, ctx);
   EXPECT_EQ(f->fixes[0].id, "earlier-checkpoint");
 }
