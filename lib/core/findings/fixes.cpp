@@ -611,6 +611,8 @@ void attach_fixes(Finding& f, const FixContext& c) {
     const std::string what = ix.value("what", std::string());
     if (what == "token id") {
       token_id_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("num_embeddings", int64_t{0}), ix.value("module", std::string()));
+    } else if (what == "index") {
+      dimension_index_fixes(f.fixes, ix.value("value", int64_t{0}), ix.value("size", int64_t{0}));
     } else if (what == "class value") {
       // A one-hot made of the labels (F.one_hot, a scatter_ into [N, classes]): the label past
       // the classes, remapped or the head widened; nothing there takes an ignore_index.

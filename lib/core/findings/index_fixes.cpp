@@ -42,6 +42,19 @@ void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, co
   if (!off_by_one && !one_short) fixes.push_back(remap);
 }
 
+void dimension_index_fixes(std::vector<Fix>& fixes, int64_t value, int64_t size) {
+  const std::string v = std::to_string(value), n = std::to_string(size);
+  if (value >= 0) {
+    fixes.push_back({"more-outputs", "give the layer that makes the indexed dimension " + std::to_string(value + 1) +
+                                         " outputs (a Q-head as wide as the action space)",
+                     "nn.Linear(in_features, " + std::to_string(value + 1) + ")  # was " + n + "; e.g. env.action_space.n",
+                     "a new layer: retrain it; where " + v + " is not a valid index, filter the data instead", {}});
+  }
+  fixes.push_back({"filter-indices", "drop the samples whose index is outside [0, " + n + ") before they are batched",
+                   "keep = (index >= 0) & (index < " + n + ")  # filter the dataset (a replay buffer's stored actions) by it",
+                   "fewer samples: find where the bad index is written", {}});
+}
+
 void token_id_fixes(std::vector<Fix>& fixes, int64_t value, int64_t bound, const std::string& module) {
   if (value < 0) {
     fixes.push_back({"map-negative-ids", "a negative id reached the embedding (a label's -100 used as an input id?): map it to the pad token",

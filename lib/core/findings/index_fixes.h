@@ -26,4 +26,8 @@ void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, co
 // negative id mapped to the pad token.
 void token_id_fixes(std::vector<Fix>& fixes, int64_t value, int64_t bound, const std::string& module);
 
+// An index `value` past the `size` of the dimension gather/scatter reads (a DQN's action past
+// its Q-head's outputs): the layer that makes that dimension widened, or the rows filtered.
+void dimension_index_fixes(std::vector<Fix>& fixes, int64_t value, int64_t size);
+
 }  // namespace batchcheck

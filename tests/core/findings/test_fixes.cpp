@@ -447,6 +447,18 @@ TEST(Fixes, AClassIndexInsideForwardGetsTheLossFunctionsFixesNotAValueRanges) {
   EXPECT_EQ(f.fixes[1].code, "F.nll_loss(..., ignore_index=50)");
 }
 
+// gather's index past its dimension (a DQN's action 2 against a Q-head of 2): the head widened
+// first, the data filtered after.
+TEST(Fixes, AnIndexPastTheDimensionGatherReadsWidensTheLayerOrFiltersTheRows) {
+  const LoaderCase s{1000, 128, 1, false, LossType::Step};
+  Finding f;
+  const J past = {{"index_fault", {{"op", "aten::gather"}, {"what", "index"}, {"value", 2}, {"size", 2}}}};
+  ASSERT_EQ(fix_ids({"", s, "forward-error", 128, 6, Severity::Error, past, {}}, &f), (V{"more-outputs", "filter-indices", "reproduce"}));
+  EXPECT_EQ(f.fixes[0].code, "nn.Linear(in_features, 3)  # was 2; e.g. env.action_space.n");
+  const J negative = {{"index_fault", {{"op", "aten::gather"}, {"what", "index"}, {"value", -1}, {"size", 2}}}};
+  EXPECT_EQ(fix_ids({"", s, "forward-error", 128, 6, Severity::Error, negative, {}}), (V{"filter-indices", "reproduce"}));
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));
