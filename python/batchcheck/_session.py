@@ -506,7 +506,7 @@ class Session:
             extra = _capture.notes(self.server.captures, self.o.precision)
         elif self.step_runner is not None:
             extra = _step_notes(self.step_runner, self.config.get("precision"))
-        if self.model is not None and code in (0, 1):
+        if self.model is not None and code in (0, 1) and self.o.try_fixes:
             text = self._try_fixes(data, text)
         if extra:
             data.setdefault("notes", []).extend(extra)

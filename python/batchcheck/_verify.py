@@ -23,6 +23,7 @@ _MAX_RUNS = 64          # batches run in all, over every fix tried
 _MAX_SECONDS = 20.0     # and the time they may take (a large model's step), at most a tenth of the scan's beyond 2 s
 _MAX_SIZES = 3          # sizes offered by a new batch-size fix
 _MAX_AFFECTED = 3       # failing batches of a finding whose samples are run again
+_MAX_CANDIDATES = 8     # sizes tried for an error at every batch (a size that is not its cause fails at once)
 
 
 class _Runner:
@@ -38,9 +39,10 @@ class _Runner:
     def spent(self, budget):
         return self.runs >= budget or time.monotonic() - self.started > self.seconds
 
-    def __call__(self, idx):
+    def __call__(self, idx, remap=None):
         from batchcheck import _capture
         self.runs += 1
+        self.remap = remap  # (label, class): the targets' label mapped before the loss
         grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in self.model.parameters()]
         # A step may write its weights (a momentum encoder's update under no_grad): put back too.
         weights = [(p, p.detach().clone()) for p in self.model.parameters()]
@@ -79,7 +81,10 @@ class _Runner:
             return sum(out.values()) if isinstance(out, dict) else out
         if o.loss is None or not callable(o.loss):
             return None
-        return o.loss(out, eval(self.call["targets"], ns))  # noqa: S307
+        targets = eval(self.call["targets"], ns)  # noqa: S307
+        if self.remap is not None and isinstance(targets, torch.Tensor):
+            targets = targets.masked_fill(targets == self.remap[0], self.remap[1])
+        return o.loss(out, targets)
 
 
 def _chunks(flat, b):
@@ -123,6 +128,13 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
     """Tries the batch-size and drop_last fixes of the report's error findings on the user's own
     code; edits `data` (the report's JSON). Returns the lines that say what was tried."""
     flat = [i for idx in order for i in idx]
+    named_at = {}  # batch -> (samples the error findings name there, how many findings)
+    for f in data.get("findings", []):
+        if f.get("severity") == "error":
+            for occ in f.get("occurrences", []):
+                if occ.get("batch") is not None:
+                    samples, count = named_at.get(occ["batch"], (set(), 0))
+                    named_at[occ["batch"]] = (samples | set(occ.get("samples", [])), count + 1)
     b0 = loader.batch_size
     if not flat or not b0 or getattr(loader, "sampler", None) is None:
         return []
@@ -139,10 +151,21 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
         samples = [s for occ in f.get("occurrences", [])[:_MAX_AFFECTED] for s in occ.get("samples", [])] or \
             list(f.get("samples", []))
         if not (sized and failing) and not any(x.get("id") == "batch-size-divisor" and x.get("batch_sizes")
-                                               for x in f.get("fixes", [])):
+                                               for x in f.get("fixes", [])) and \
+                not (f.get("severity") == "error" and any(x.get("id") in _FILTERS | {"remap-labels"}
+                                                          for x in f.get("fixes", []))):
             continue
         f["fixes"] = [fix for fix in f.get("fixes", [])
                       if _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said)]
+        if f.get("severity") == "error":
+            model_loss = o.step is None and callable(o.loss) and bool((call or {}).get("targets"))
+            kept = []
+            for fix in f["fixes"]:
+                if _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at) is False:
+                    said.append("%s: %s withdrawn: the batch still fails with it applied" % (f["id"], fix["id"]))
+                    continue
+                kept.append(fix)
+            f["fixes"] = kept
         if sized and not any(x.get("id") == "batch-size-divisor" for x in f["fixes"]) and _follows_size(f, n_batches):
             searches.append((f, samples))
     # Then, with what is left of the budget, sizes for the errors that follow the batch's size.
@@ -204,6 +227,50 @@ def _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said):
     return True
 
 
+# Fixes that drop the finding's samples (the data cleaned, empty samples dropped, the unalignable
+# or badly indexed filtered out): tried by running each failing batch without them.
+_FILTERS = {"clean-data", "drop-empty-samples", "ctc-lengths", "filter-indices"}
+
+
+def _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at):
+    """A filter or a label map, run on the failing batches (the first few) with it applied: the
+    batch without the finding's samples, or with its label mapped to class 0 (a loss of the
+    scan's own, whose targets batchcheck reads). True: it passed (fix["verified"] says how);
+    False: a batch still fails (the fix is withdrawn); None: not tried."""
+    occurrences = [o for o in f.get("occurrences", []) if o.get("batch") is not None][:_MAX_AFFECTED]
+    if not occurrences or fix.get("id") not in _FILTERS | {"remap-labels"}:
+        return None
+    remap = None
+    if fix["id"] == "remap-labels":
+        ev = f.get("evidence", {})
+        values = ev.get("offending_values") or ([ev["index_fault"]["value"]] if "index_fault" in ev else [])
+        if not model_loss or not values or not isinstance(values[0], (int, float)):
+            return None
+        remap = (int(values[0]), 0)
+    ran = []
+    for o in occurrences:
+        if run.spent(budget):
+            return None
+        idx = list(order[o["batch"]])
+        named, others = named_at.get(o["batch"], (set(), 0))
+        if remap is None:
+            # Every sample an error finding names at that batch: another fault there is its own.
+            idx = [i for i in idx if i not in named | set(o.get("samples", []))]
+            if not idx:
+                continue
+        elif others > 1:
+            continue  # another error at that batch: the label alone cannot make it pass
+        if run(idx, remap) is not None:
+            return False
+        ran.append(o["batch"])
+    if not ran:
+        return None
+    where = "batch %d" % ran[0] if len(ran) == 1 else "batches %s" % ", ".join(map(str, ran))
+    fix["verified"] = ("%s ran with the label %d mapped to class 0 (any class the model has)" % (where, remap[0])
+                       if remap else "%s ran without the samples this finding names" % where) + ": they pass"
+    return True
+
+
 def _follows_size(f, n_batches):
     """An error at every batch, or at batches of more than one size: the batch's size, not a
     sample, is what the code refuses (a divisibility assert fails every batch)."""
@@ -224,7 +291,7 @@ def _search_sizes(run, flat, b0, samples, budget):
     for b in powers + divisors + near:
         if b != b0 and b not in candidates:
             candidates.append(b)
-    for b in candidates:
+    for b in candidates[:_MAX_CANDIDATES]:
         if run.spent(budget) or len(found) >= _MAX_SIZES:
             break
         tail = len(flat) % b

@@ -106,7 +106,8 @@ def _epoch_order(loader):
 
 
 def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=None, fail_on=None, device=None,
-         input_key="inputs", target_key=None, eager=None, args=(), quiet=False, precision=None, capture=False):
+         input_key="inputs", target_key=None, eager=None, args=(), quiet=False, precision=None, capture=False,
+         try_fixes=True):
     """Scans one epoch of `loader` through `model` and `loss` with batchcheck's engine; returns
     the Report. loss: a torch.nn loss module, None (the model only) or "model" (forward returns
     its loss). mode: "train" (default) or "eval". fail_on: "error" (default) or "warning".
@@ -135,7 +136,11 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     precision: None or "fp32" (default: float32, or what your step's own torch.autocast casts),
     "fp16" or "bf16" (torch.float16/torch.bfloat16 too): forward and the loss run under
     torch.autocast with that dtype, as mixed-precision training runs them; an op whose output
-    passes float16's 65,504 is half-overflow, one at half of it half-headroom."""
+    passes float16's 65,504 is half-overflow, one at half of it half-headroom.
+    try_fixes: True (default) runs each finding's loader fixes (a batch size, drop_last, a filter on
+    its samples, a label map) on your code before they are reported, each with what it ran
+    ("verified"), those that still fail withdrawn; False reports them untried (your Dataset is
+    read only by the scan itself)."""
     _refuse(loader, mode, aux, eager, loss, step)
     precision = _precision(precision)
     output = output_path(output)
@@ -151,7 +156,7 @@ def scan(model, loader, loss=None, *, step=None, mode="train", output=None, aux=
     restore = _rng_snapshot(loader)
     options = SimpleNamespace(loss=loss, step=step, mode=mode, output=output, aux=aux, fail_on=fail_on, device=device,
                               input_key=input_key, target_key=target_key, eager=eager, args=args, quiet=quiet,
-                              precision=precision, capture=bool(capture))
+                              precision=precision, capture=bool(capture), try_fixes=bool(try_fixes))
     session = None
     try:
         session = Session(model, loader, order, sequential, options)

@@ -12,6 +12,7 @@ import time
 import unittest
 import warnings
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -288,7 +289,7 @@ class TestScan(unittest.TestCase):
         reproduce_check.paused.append(1)  # its reproduce would read the Dataset this test counts
         try:
             report = batchcheck.scan(Net(), DataLoader(ds, batch_size=8, num_workers=2), nn.CrossEntropyLoss(), quiet=True,
-                                     args=["--edges"])
+                                     args=["--edges"], try_fixes=False)  # the fixes tried would read it too
         finally:
             _session._engine_model = prepare
             reproduce_check.paused.clear()
@@ -555,6 +556,74 @@ class TestScan(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "batch_size=None"):
             batchcheck.scan(Net(), DataLoader(Pairs(4), batch_size=None), nn.CrossEntropyLoss())
 
+
+
+class ArrayPairs(Dataset):
+    """The user's Dataset over the .npy files a command's config names: (x[i], y[i])."""
+
+    def __init__(self, x, y):
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+class TestTheCommandsReproduceRuns(unittest.TestCase):
+    """The command's reproduce (a config of .npy files and a TorchScript model) runs as printed
+    with the user's Dataset over those files and the model loaded: it raises the error its finding
+    names, or shows the NaN (reproduce_check.check, as for every scan() of this suite)."""
+
+    def scan(self, model, x, y, loss, batch_size=8, **loader):
+        import subprocess
+        from batchcheck._cli import binary
+        from batchcheck.report import Report
+        with tempfile.TemporaryDirectory() as tmp:
+            np.save(os.path.join(tmp, "x.npy"), x)
+            np.save(os.path.join(tmp, "y.npy"), y)
+            scripted = torch.jit.script(model)
+            scripted.save(os.path.join(tmp, "m.pt"))
+            cfg = {"model": {"path": "m.pt"}, "data": {"format": "npy", "inputs": "x.npy", "targets": "y.npy"},
+                   "loader": dict({"batch_size": batch_size}, **loader), "loss": loss}
+            with open(os.path.join(tmp, "c.json"), "w") as f:
+                json.dump(cfg, f)
+            done = subprocess.run([binary(), "scan", os.path.join(tmp, "c.json"), "-o", os.path.join(tmp, "r.json"), "--quiet"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            with open(os.path.join(tmp, "r.json")) as f:
+                report = Report(json.load(f), done.stderr, done.returncode)
+            loaded = torch.jit.load(os.path.join(tmp, "m.pt"))
+        ds = ArrayPairs(x, y)
+        before = len(reproduce_check.ran)
+        reproduce_check.check(report, loaded, DataLoader(ds, batch_size=batch_size))
+        return report, len(reproduce_check.ran) - before
+
+    def test_a_nan_prediction_and_a_view_of_a_fixed_batch_size(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(21, 4, generator=g).numpy()
+        x[19, 1] = np.nan
+
+        class Fixed(nn.Module):  # view(8, -1): the tail of 5 raises
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return torch.sigmoid(self.lin(x).view(8, -1))
+        y = (torch.rand(21, 2, generator=g) > 0.5).float().numpy()
+        report, ran = self.scan(Fixed(), x, y, {"type": "bce"})
+        self.assertIn("hardcoded-batch-size", [f.id for f in report.findings], report.text)
+        self.assertGreaterEqual(ran, 1)
+
+    def test_a_nan_input_through_cross_entropy(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(24, 4, generator=g).numpy()
+        x[10, 0] = np.inf
+        y = torch.randint(0, 3, (24,), generator=g).numpy()
+        report, ran = self.scan(nn.Sequential(nn.Linear(4, 3)), x, y, {"type": "cross_entropy"})
+        self.assertIn("output-nonfinite", [f.id for f in report.findings], report.text)
+        self.assertGreaterEqual(ran, 1)
 
 
 class TestADistributedRank(unittest.TestCase):

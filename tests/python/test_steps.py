@@ -502,6 +502,19 @@ class TestFixesTriedBeforeTheyArePrinted(unittest.TestCase):
         self.assertIn("the only batch that failed", f.fixes[0]["verified"])
         self.assertEqual(real_loop(nn.Linear(6, 4), DataLoader(ds, batch_size=16, drop_last=True), mixup_step), {})
 
+    def test_a_filter_and_a_label_map_run_on_the_failing_batch(self):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(40, 6, generator=g), torch.randint(0, 4, (40,), generator=g)
+        x[13, 2] = float("nan")  # batch 1
+        y[29] = 7  # batch 3: 4 classes
+        model = nn.Sequential(nn.Linear(6, 4))
+        report = batchcheck.scan(model, DataLoader(TensorDataset(x, y), batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+        by_id = {f.id: f for f in report.findings if f.severity == "error"}
+        clean = [fx for fx in by_id["input-nonfinite"].fixes if fx["id"] == "clean-data"][0]
+        self.assertEqual(clean["verified"], "batch 1 ran without the samples this finding names: they pass")
+        remap = [fx for fx in by_id["target-out-of-range"].fixes if fx["id"] == "remap-labels"][0]
+        self.assertEqual(remap["verified"], "batch 3 ran with the label 7 mapped to class 0 (any class the model has): they pass")
+
     def test_a_bad_label_gets_no_loader_fix(self):
         ds = self.data(40)
         ds.tensors[1][13] = 9  # 4 classes: whatever the batch size, sample 13's batch fails
