@@ -74,11 +74,20 @@ def message(e):
     return lines[0].strip() if lines else type(e).__name__
 
 
+# batchcheck's own files: its package folder (a folder named batchcheck elsewhere, a virtual
+# environment under ~/.cache/batchcheck, is not ours).
+_OWN = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"
+
+
+def own(path):
+    """Whether a frame's file is batchcheck's own."""
+    return os.path.abspath(path).replace("\\", "/").startswith(_OWN)
+
+
 def _library(path):
     """Whether a frame's file is library code (torch's, an installed package's, batchcheck's)."""
     p = path.replace("\\", "/")
-    return ("/site-packages/" in p or "/dist-packages/" in p or "/torch/" in p or "/batchcheck/" in p
-            or p.startswith("<"))
+    return "/site-packages/" in p or "/dist-packages/" in p or "/torch/" in p or p.startswith("<") or own(path)
 
 
 def _module_of(tb, modules):

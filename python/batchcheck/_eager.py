@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from batchcheck._capture import _library
+from batchcheck._capture import _library, own
 from batchcheck._prepare import OutputPathError
 
 
@@ -37,19 +37,25 @@ def _site(op, stack):
     # The user's innermost line inside what batchcheck called (their step, their forward), else
     # the innermost line of the library whose code it is (transformers'): never a frame outside
     # batchcheck's call (its server thread's, the line that called scan()).
-    library, entered = None, False
+    library, entered, caller = None, False, None
     for f in reversed(traceback.extract_stack()):
         p = f.filename.replace("\\", "/")
-        if "/batchcheck/" in p:
+        if own(f.filename):
             if entered:  # back in batchcheck's own code, outside the op's callers
                 break
             continue  # the dispatch mode's own frames, innermost
         entered = True
+        if caller is None and "/torch/" not in p and not p.startswith("<") and not _stdlib(p):
+            caller = f  # the code that called the op (its arguments are that code's)
         if not _library(f.filename) and not _stdlib(p):
             library = f
             break
         if library is None and "/torch/" not in p and not p.startswith("<") and not _stdlib(p):
             library = f
+    if caller is not None and caller is not library:
+        # An installed library called the op (torchvision's detection loss): its arguments are not
+        # the user's to change there.
+        site["library"] = "%s, line %d" % (caller.filename, caller.lineno)
     if library is not None:
         site.update(file=library.filename, line=library.lineno)
         if library.line:
@@ -339,7 +345,7 @@ class OpChecks(TorchFunctionMode):
             out.append(fault("target-out-of-range", "blank in target", blanks,
                              "a CTC target holding the blank index %d (row %d of the batch)" % (blank, blanks[0]),
                              "ctc_loss reads it as no label at all: a wrong loss without a word", False,
-                             {"blank": int(blank), "classes": int(classes)}))
+                             {"blank": int(blank), "classes": int(classes), "rows": len(blanks), "batch": int(n)}))
         return out or None
 
 

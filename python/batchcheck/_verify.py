@@ -229,7 +229,8 @@ def _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said):
 
 # Fixes that drop the finding's samples (the data cleaned, empty samples dropped, the unalignable
 # or badly indexed filtered out): tried by running each failing batch without them.
-_FILTERS = {"clean-data", "drop-empty-samples", "ctc-lengths", "filter-indices"}
+_FILTERS = {"clean-data", "drop-empty-samples", "ctc-lengths", "filter-indices", "filter-degenerate-boxes",
+            "drop-failing-samples", "filter-blank-targets"}
 
 
 def _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at):

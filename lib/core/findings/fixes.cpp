@@ -33,6 +33,29 @@ bool class_targets(const LossConfig& l) {
          (is_region_loss(l.type) && (l.target_format == TargetFormat::Index || l.target_format == TargetFormat::Classes));
 }
 
+// The two shapes torch.stack names when it refuses samples of unequal size; empty otherwise.
+std::vector<std::vector<int64_t>> stack_error_shapes(const std::string& error) {
+  std::vector<std::vector<int64_t>> out;
+  std::string::size_type at = error.find("but got [");
+  for (int k = 0; k < 2 && at != std::string::npos; ++k) {
+    const std::string::size_type open = error.find('[', at), close = error.find(']', open);
+    if (open == std::string::npos || close == std::string::npos) break;
+    std::vector<int64_t> shape;
+    std::string number;
+    for (std::string::size_type i = open + 1; i <= close; ++i) {
+      if (std::isdigit(static_cast<unsigned char>(error[i]))) {
+        number += error[i];
+      } else if (!number.empty()) {
+        shape.push_back(std::stoll(number.substr(0, 18)));
+        number.clear();
+      }
+    }
+    out.push_back(shape);
+    at = error.find(" and [", close);
+  }
+  return out;
+}
+
 // Whether an extra output's key is an index into a tuple: as the prediction's, else all digits.
 bool aux_index(const FixContext& c, const std::string& key) {
   const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; });
@@ -298,7 +321,7 @@ void attach_fixes(Finding& f, const FixContext& c) {
   };
   // An op's own contract (ctc_loss, pack_padded_sequence): its fixes, then the reproduce.
   if (contract_fixes(f)) {
-    f.fixes.push_back(reproduce(f, c, id != "forward-error", false));
+    f.fixes.push_back(reproduce(f, c, id != "forward-error" && id != "collate-error", false));
     return;
   }
 
@@ -401,8 +424,13 @@ void attach_fixes(Finding& f, const FixContext& c) {
                                       : std::string(loss == LossType::Nll ? "nn.NLLLoss" : "nn.CrossEntropyLoss") +
                                             "(ignore_index=" + v + ")";
       }
-      // The smallest label seen: the op's, or the target field's in this batch.
-      class_index_fixes(f.fixes, value, classes, ignore, in_step ? number_at(op, "smallest") : number_at(f.evidence, "min"));
+      // The smallest label seen: the op's, or the target field's in this batch. A loss inside a
+      // library's forward (torchvision's detection heads) takes no argument of the user's.
+      if (in_step && (op.contains("called_from") || library_location(op.value("location", std::string())))) {
+        library_class_index_fixes(f.fixes, value, classes);
+      } else {
+        class_index_fixes(f.fixes, value, classes, ignore, in_step ? number_at(op, "smallest") : number_at(f.evidence, "min"));
+      }
     } else if (class_loss(loss)) {
       // Soft labels (class probabilities): ignore_index does not apply to them.
       f.fixes.push_back({"normalize-soft-targets", "make each target a probability distribution over the classes",
@@ -503,6 +531,39 @@ void attach_fixes(Finding& f, const FixContext& c) {
       // Their own code raised: what it needs is theirs to say; the batch rebuilt shows it.
     } else if (f.evidence.value("collate", std::string()) == "default") {
       const bool inputs = field == "inputs";
+      // Samples that differ past their first dimension (images of two sizes): pad_sequence
+      // cannot join them either; one size in the Dataset's transform can.
+      const auto& shapes = f.evidence.value("sample_shapes", nlohmann::ordered_json::array());
+      std::vector<int64_t> common;
+      bool past_first = false;
+      uint64_t most = 0;
+      for (const auto& s : shapes) {
+        const auto shape = s.value("shape", std::vector<int64_t>{});
+        if (s.value("count", uint64_t{0}) > most) {
+          most = s.value("count", uint64_t{0});
+          common = shape;
+        }
+      }
+      for (const auto& s : shapes) {
+        const auto shape = s.value("shape", std::vector<int64_t>{});
+        if (shape.size() != common.size()) continue;
+        for (std::size_t d = 1; d < shape.size(); ++d) past_first = past_first || shape[d] != common[d];
+      }
+      if (shapes.empty()) {
+        // batchcheck.scan()'s loader: the shapes from torch.stack's own words ("got [3, 64, 64] at
+        // entry 0 and [3, 32, 32] at entry 3").
+        const auto stacked = stack_error_shapes(f.evidence.value("error", std::string()));
+        if (stacked.size() == 2 && stacked[0].size() == stacked[1].size()) {
+          common = stacked[0];
+          for (std::size_t d = 1; d < common.size(); ++d) past_first = past_first || stacked[1][d] != common[d];
+        }
+      }
+      if (past_first && common.size() >= 3) {
+        const std::string hw = std::to_string(common[common.size() - 2]) + ", " + std::to_string(common.back());
+        f.fixes.push_back({"resize-samples", "give every sample of " + field + " one size in the Dataset's transform (" + hw + ")",
+                           "transforms.Resize((" + hw + "))  # first in the transform; torchvision.transforms",
+                           "resampling changes the smaller images' detail", {}});
+      }
       f.fixes.push_back({"pad-collate-variable-length",
                          "pad the variable-length " + field + " to the longest sample of each batch",
                          std::string("DataLoader(..., collate_fn=lambda b: (") +

@@ -42,6 +42,19 @@ void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, co
   if (!off_by_one && !one_short) fixes.push_back(remap);
 }
 
+void library_class_index_fixes(std::vector<Fix>& fixes, double value, double classes) {
+  const std::string v = format_number(value);
+  fixes.push_back({"more-classes", "build the model with " + format_number(value + 1) + " classes: its labels reach " + v,
+                   "model = ...(num_classes=" + format_number(value + 1) + ")  # torchvision's detection models count the background",
+                   "a new head: retrain it (a checkpoint's last layer no longer fits)", {}});
+  fixes.push_back({"remap-labels", "map the label " + v + " to one of the model's " + format_number(classes) + " classes in the dataset",
+                   "target[\"labels\"][target[\"labels\"] == " + v + "] = <class>", "changes the labels", {}});
+}
+
+bool library_location(const std::string& location) {
+  return location.find("/site-packages/") != std::string::npos || location.find("/dist-packages/") != std::string::npos;
+}
+
 void dimension_index_fixes(std::vector<Fix>& fixes, int64_t value, int64_t size) {
   const std::string v = std::to_string(value), n = std::to_string(size);
   if (value >= 0) {

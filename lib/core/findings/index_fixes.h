@@ -21,6 +21,14 @@ std::string ignore_index_call(const std::string& op, const std::string& value);
 void class_index_fixes(std::vector<Fix>& fixes, double value, double classes, const std::string& ignore,
                        std::optional<double> smallest = std::nullopt);
 
+// A class index given to a loss inside a library's forward (torchvision's detection heads): no
+// ignore_index is the user's to pass there; the model's classes widened to the label, or the
+// label remapped.
+void library_class_index_fixes(std::vector<Fix>& fixes, double value, double classes);
+
+// Whether an op's location (File "...") is an installed library's code, not the user's.
+bool library_location(const std::string& location);
+
 // A token id `value` past an embedding of `bound` rows (`module`: its name, may be ""): the
 // vocabulary checked against the embedding, the embedding resized, unknown ids mapped; a
 // negative id mapped to the pad token.

@@ -132,6 +132,9 @@ struct OpFault {
   // name, what broke it in words, what the op does then (not fatal), and its numbers.
   std::string contract, text, consequence;
   nlohmann::ordered_json detail;
+  // The installed library's line that called the op (torchvision's detection loss), where not
+  // the user's: its arguments are not the user's to pass there.
+  std::string library_caller;
 };
 
 struct ForwardResult {

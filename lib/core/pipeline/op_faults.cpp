@@ -31,6 +31,7 @@ nlohmann::ordered_json site_json(const OpFault& f) {
   const std::string loc = op_location(f.site);
   if (!loc.empty()) j["location"] = loc;
   if (!f.site.source_line.empty()) j["source_line"] = f.site.source_line;
+  if (!f.library_caller.empty()) j["called_from"] = f.library_caller;
   return j;
 }
 

@@ -409,6 +409,7 @@ class StreamSource : public DataSource {
         f.site.module = text(*s, "module");
         f.site.file = text(*s, "file");
         f.site.source_line = text(*s, "source_line");
+        f.library_caller = text(*s, "library");
         const double line = number(*s, "line");
         f.site.line = line > 0 ? static_cast<uint64_t>(line) : 0;
       }

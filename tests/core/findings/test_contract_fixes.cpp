@@ -35,10 +35,15 @@ TEST(ContractFixes, ACtcTargetLongerThanItsInputRepairsTheLengthsFirst) {
 }
 
 TEST(ContractFixes, ACtcBlankOrLabelPastTheClassesAndAnInputLength) {
-  Finding b = contract("target-out-of-range", "ctc_loss", "blank in target", {{"blank", 0}, {"classes", 6}});
+  // Every target of the batch holds the blank: labels numbered from 0, shifted first.
+  Finding b = contract("target-out-of-range", "ctc_loss", "blank in target", {{"blank", 0}, {"classes", 6}, {"rows", 8}, {"batch", 8}});
   ASSERT_TRUE(contract_fixes(b));
-  EXPECT_EQ(ids(b), (std::vector<std::string>{"ctc-labels-past-blank"}));
+  EXPECT_EQ(ids(b), (std::vector<std::string>{"ctc-labels-past-blank", "filter-blank-targets"}));
   EXPECT_EQ(b.fixes[0].title, "number the target labels from 1: the blank is 0");
+  // One target of eight: a stray label in the data, dropped first.
+  Finding s = contract("target-out-of-range", "ctc_loss", "blank in target", {{"blank", 0}, {"classes", 6}, {"rows", 1}, {"batch", 8}});
+  ASSERT_TRUE(contract_fixes(s));
+  EXPECT_EQ(ids(s), (std::vector<std::string>{"filter-blank-targets", "ctc-labels-past-blank"}));
   Finding l = contract("forward-error", "ctc_loss", "target label", {{"value", 6}, {"classes", 6}});
   ASSERT_TRUE(contract_fixes(l));
   EXPECT_EQ(ids(l), (std::vector<std::string>{"more-classes", "remap-labels"}));
@@ -58,6 +63,17 @@ TEST(ContractFixes, AnEmptySampleForPackPaddedSequenceIsDropped) {
   e.evidence = {{"error", "RuntimeError: Length of all samples has to be greater than 0, but found an element in 'lengths' that is <= 0"}};
   ASSERT_TRUE(contract_fixes(e));
   EXPECT_EQ(ids(e), (std::vector<std::string>{"drop-empty-samples"}));
+  // torchvision's detection models refuse a box of no area; a user's collate_fn that raised.
+  Finding box;
+  box.id = "forward-error";
+  box.evidence = {{"error", "AssertionError: All bounding boxes should have positive height and width. Found invalid box"}};
+  ASSERT_TRUE(contract_fixes(box));
+  EXPECT_EQ(ids(box), (std::vector<std::string>{"filter-degenerate-boxes"}));
+  Finding yours;
+  yours.id = "collate-error";
+  yours.evidence = {{"collate", "yours"}, {"error", "ValueError: 'maybe' is not in list"}};
+  ASSERT_TRUE(contract_fixes(yours));
+  EXPECT_EQ(ids(yours), (std::vector<std::string>{"drop-failing-samples"}));
   // Any other finding: not one of these ops'.
   Finding other;
   other.id = "forward-error";

@@ -459,6 +459,21 @@ TEST(Fixes, AnIndexPastTheDimensionGatherReadsWidensTheLayerOrFiltersTheRows) {
   EXPECT_EQ(fix_ids({"", s, "forward-error", 128, 6, Severity::Error, negative, {}}), (V{"filter-indices", "reproduce"}));
 }
 
+// A class index given to a loss inside an installed library's forward (torchvision's detection
+// heads, in the user's step): the model's classes widened first, no ignore_index to pass.
+TEST(Fixes, AClassIndexInsideALibrarysLossWidensTheModel) {
+  const LoaderCase s{8, 2, 1, false, LossType::Step};
+  Finding f;
+  const J lib = {{"index_fault", {{"op", "aten::cross_entropy_loss"}, {"what", "class index"}, {"value", 5}, {"classes", 3},
+                                  {"location", "File \"/usr/lib/python3/dist-packages/torchvision/models/detection/roi_heads.py\", line 38"}}}};
+  ASSERT_EQ(fix_ids({"", s, "target-out-of-range", 2, 3, Severity::Error, lib, {}}, &f), (V{"more-classes", "remap-labels"}));
+  EXPECT_EQ(f.fixes[0].code, "model = ...(num_classes=6)  # torchvision's detection models count the background");
+  // Called from the library's own line, the user's step the location: the same.
+  const J called = {{"index_fault", {{"op", "aten::cross_entropy_loss"}, {"what", "class index"}, {"value", 5}, {"classes", 3},
+                                     {"location", "File \"train.py\", line 12"}, {"called_from", "roi_heads.py, line 38"}}}};
+  EXPECT_EQ(fix_ids({"", s, "target-out-of-range", 2, 3, Severity::Error, called, {}}), (V{"more-classes", "remap-labels"}));
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));
