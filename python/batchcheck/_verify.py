@@ -10,7 +10,6 @@ and the ones that pass are offered. Each run starts from the model as it was (it
 gradients, every RNG put back).
 """
 
-import copy
 import time
 
 import torch
@@ -36,13 +35,13 @@ class _Runner:
         self.started = time.monotonic()
         self.seconds = seconds
 
-    def spent(self, budget):
-        return self.runs >= budget or time.monotonic() - self.started > self.seconds
+    def spent(self):
+        return self.runs >= _MAX_RUNS or time.monotonic() - self.started > self.seconds
 
     def __call__(self, idx, remap=None):
+        """remap: (label, class), the targets' label mapped before the loss."""
         from batchcheck import _capture
         self.runs += 1
-        self.remap = remap  # (label, class): the targets' label mapped before the loss
         grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in self.model.parameters()]
         # A step may write its weights (a momentum encoder's update under no_grad): put back too.
         weights = [(p, p.detach().clone()) for p in self.model.parameters()]
@@ -52,7 +51,7 @@ class _Runner:
             with _capture.untouched(self.model, self.o.mode), _capture._quiet():
                 device = next((p.device.type for p in self.model.parameters()), "cpu")
                 with torch.autocast(device, dtype=half, enabled=half is not None):
-                    loss = self._loss(batch)
+                    loss = self._loss(batch, remap)
                 if loss is not None and self.o.mode == "train" and loss.requires_grad:
                     loss.backward()
             if loss is not None and not bool(torch.isfinite(loss.detach()).all()):
@@ -67,7 +66,7 @@ class _Runner:
             for p, g in grads:
                 p.grad = g
 
-    def _loss(self, batch):
+    def _loss(self, batch, remap):
         o = self.o
         if o.step is not None:
             return o.step(self.model, batch)
@@ -82,8 +81,8 @@ class _Runner:
         if o.loss is None or not callable(o.loss):
             return None
         targets = eval(self.call["targets"], ns)  # noqa: S307
-        if self.remap is not None and isinstance(targets, torch.Tensor):
-            targets = targets.masked_fill(targets == self.remap[0], self.remap[1])
+        if remap is not None and isinstance(targets, torch.Tensor):
+            targets = targets.masked_fill(targets == remap[0], remap[1])
         return o.loss(out, targets)
 
 
@@ -91,22 +90,20 @@ def _chunks(flat, b):
     return [flat[k:k + b] for k in range(0, len(flat), b)]
 
 
-def _batches_for(flat, b, drop_last, samples):
+def _batches_for(flat, b, samples):
     """The batches of size b (of the same epoch order) that hold `samples`, and the last."""
     chunks = _chunks(flat, b)
-    if drop_last and chunks and len(chunks[-1]) < b:
-        chunks.pop()
     where = {s: k for k, chunk in enumerate(chunks) for s in chunk}
     picked = sorted({where[s] for s in samples if s in where} | ({len(chunks) - 1} if chunks else set()))
     return [(k, chunks[k]) for k in picked]
 
 
-def _try_size(run, flat, b, drop_last, samples, budget):
+def _try_size(run, flat, b, samples):
     """(passes, what ran): the batches of size b that hold the samples, and the last one; passes
     is None where the budget ran out before they all ran (not known)."""
     ran = []
-    for k, chunk in _batches_for(flat, b, drop_last, samples):
-        if run.spent(budget):
+    for k, chunk in _batches_for(flat, b, samples):
+        if run.spent():
             return None, ran
         why = run(chunk)
         if why is not None:
@@ -125,8 +122,8 @@ def _said(ran, b, n_batches):
 
 
 def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
-    """Tries the batch-size and drop_last fixes of the report's error findings on the user's own
-    code; edits `data` (the report's JSON). Returns the lines that say what was tried."""
+    """Tries the findings' loader fixes (batch sizes, drop_last), filters and label maps on the
+    user's own code; edits `data` (the report's JSON). Returns the lines that say what was tried."""
     flat = [i for idx in order for i in idx]
     named_at = {}  # batch -> (samples the error findings name there, how many findings)
     for f in data.get("findings", []):
@@ -140,7 +137,7 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
         return []
     seconds = _MAX_SECONDS if scan_seconds is None else min(_MAX_SECONDS, max(2.0, 0.1 * scan_seconds))
     run = _Runner(model, loader, o, call or {}, output, seconds)
-    budget, said, started = _MAX_RUNS, [], time.monotonic()
+    said, started = [], time.monotonic()
     n_batches = len(order)
     searches = []
     for f in data.get("findings", []):
@@ -156,12 +153,12 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
                                                           for x in f.get("fixes", []))):
             continue
         f["fixes"] = [fix for fix in f.get("fixes", [])
-                      if _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said)]
+                      if _tried(fix, f, sized, failing, samples, run, flat, order, b0, said)]
         if f.get("severity") == "error":
             model_loss = o.step is None and callable(o.loss) and bool((call or {}).get("targets"))
             kept = []
             for fix in f["fixes"]:
-                if _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at) is False:
+                if _tried_on_the_batch(fix, f, run, order, model_loss, named_at) is False:
                     said.append("%s: %s withdrawn: the batch still fails with it applied" % (f["id"], fix["id"]))
                     continue
                 kept.append(fix)
@@ -170,7 +167,7 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
             searches.append((f, samples))
     # Then, with what is left of the budget, sizes for the errors that follow the batch's size.
     for f, samples in searches:
-        found = _search_sizes(run, flat, b0, samples, budget)
+        found = _search_sizes(run, flat, b0, samples)
         if found:
             b, ran = found[0]
             sizes = [x for x, _ in found]
@@ -194,7 +191,7 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
     return said
 
 
-def _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said):
+def _tried(fix, f, sized, failing, samples, run, flat, order, b0, said):
     """Whether the fix stays: drop_last where the last batch alone failed; a batch size where
     its batches pass (or were not reached within the budget). Edits the fix with what ran."""
     n_batches = len(order)
@@ -210,7 +207,7 @@ def _tried(fix, f, sized, failing, samples, run, flat, order, b0, budget, said):
         return True
     good, bad, untried = [], [], []
     for b in fix["batch_sizes"]:
-        ok, ran = _try_size(run, flat, b, False, samples, budget)
+        ok, ran = _try_size(run, flat, b, samples)
         (good if ok else untried if ok is None else bad).append((b, ran))
     if not good and not untried:
         said.append("%s: batch-size-divisor withdrawn: batch_size=%s fails your code" % (
@@ -233,7 +230,7 @@ _FILTERS = {"clean-data", "drop-empty-samples", "ctc-lengths", "filter-indices",
             "drop-failing-samples", "filter-blank-targets"}
 
 
-def _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at):
+def _tried_on_the_batch(fix, f, run, order, model_loss, named_at):
     """A filter or a label map, run on the failing batches (the first few) with it applied: the
     batch without the finding's samples, or with its label mapped to class 0 (a loss of the
     scan's own, whose targets batchcheck reads). True: it passed (fix["verified"] says how);
@@ -250,7 +247,7 @@ def _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at):
         remap = (int(values[0]), 0)
     ran = []
     for o in occurrences:
-        if run.spent(budget):
+        if run.spent():
             return None
         idx = list(order[o["batch"]])
         named, others = named_at.get(o["batch"], (set(), 0))
@@ -273,13 +270,13 @@ def _tried_on_the_batch(fix, f, run, order, budget, model_loss, named_at):
 
 
 def _follows_size(f, n_batches):
-    """An error at every batch, or at batches of more than one size: the batch's size, not a
-    sample, is what the code refuses (a divisibility assert fails every batch)."""
+    """An error at every batch: the batch's size, not a sample, is what the code refuses (a
+    divisibility assert fails every batch)."""
     batches = f.get("batches") or []
     return n_batches > 0 and len(batches) >= n_batches
 
 
-def _search_sizes(run, flat, b0, samples, budget):
+def _search_sizes(run, flat, b0, samples):
     """Sizes near b0 whose batches (those holding the samples, and the last) pass: [(b, ran)]."""
     import math
     found, n = [], len(flat)
@@ -293,19 +290,13 @@ def _search_sizes(run, flat, b0, samples, budget):
         if b != b0 and b not in candidates:
             candidates.append(b)
     for b in candidates[:_MAX_CANDIDATES]:
-        if run.spent(budget) or len(found) >= _MAX_SIZES:
+        if run.spent() or len(found) >= _MAX_SIZES:
             break
         tail = len(flat) % b
         if tail == 1:
             continue  # a batch of one: the tail fault batchcheck steers away from
-        ok, ran = _try_size(run, flat, b, False, samples, budget)
+        ok, ran = _try_size(run, flat, b, samples)
         if ok:
             found.append((b, ran))
     return found
 
-
-def copy_of(model):
-    try:
-        return copy.deepcopy(model)
-    except Exception:  # noqa: BLE001 - a model that cannot be copied runs as it is (put back after each run)
-        return model
