@@ -13,6 +13,8 @@
 
 #include "cli.h"
 #include "core/parse/npy.h"
+#include "core/views/html_view.h"
+#include "core/views/views.h"
 #include "engine/fixtures.h"
 #include "support/test_helpers.h"
 #include "support/workspace.h"
@@ -311,6 +313,36 @@ TEST(ScanE2E, ProbesReadOnlySamplesTheLoaderDeliversAndARanksShareIsNotDropped) 
   EXPECT_EQ(plain.code, 0) << plain.err;
   expect_finding(one(plain, "samples-dropped"), "info", nullptr, {0, 2, 4, 6});
   EXPECT_TRUE(with_id(plain.report, "input-nonfinite").empty()) << plain.report["findings"].dump(1);
+}
+
+TEST(ScanE2E, ARankSharesFindingsCarryItsOwnRankAndRankSelectsIt) {
+  // Rank 3 of 4 over 10 samples (DistributedSampler pads to 12): samples 3, 7 and the padding
+  // copy 1. Its NaN in sample 7 is rank 3's in every view, and --rank 3 is the order's rank.
+  Workspace s("rank_share_label");
+  s.inputs(10, 3, [](uint64_t i, uint64_t j) { return i == 7 && j == 0 ? std::nanf("") : 0.1f * static_cast<float>(i + j); })
+      .float_targets(zeros(10))
+      .model(kSumModel);
+  std::ofstream(s.file("order.json")) << "[[3, 7], [1]]";
+  s.loader(R"({"batch_size": 2, "order": "order.json", "order_rank": {"rank": 3, "world_size": 4, "samples": 3}})");
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{}, std::vector<std::string>{"--rank", "3"}}) {
+    auto r = s.scan(flags);
+    EXPECT_EQ(r.code, 1) << r.err;
+    const Json f = one(r, "input-nonfinite");
+    EXPECT_EQ(f["rank"], 3);
+    EXPECT_EQ(f["samples"], Json::array({7}));
+    EXPECT_EQ(r.report["batches"]["ranks"], Json::array({3}));
+    EXPECT_EQ(r.report["series"]["ranks"][0]["rank"], 3);
+    const std::string junit = junit_view(r.report), html = html_view(r.report);
+    EXPECT_NE(junit.find("at batch 0 (rank 3), samples [7]"), std::string::npos) << junit;
+    EXPECT_EQ(junit.find("rank 0"), std::string::npos) << junit;
+    EXPECT_NE(html.find("batch 0 (rank 3)"), std::string::npos);
+    EXPECT_EQ(html.find("rank 0"), std::string::npos);
+  }
+  auto other = s.scan({"--rank", "0"});
+  EXPECT_EQ(other.code, 2);
+  EXPECT_EQ(other.err,
+            "batchcheck: error: --rank: rank 0 is not in the recorded order: it holds rank 3's share (loader.order_rank); "
+            "use --rank 3 or leave --rank out\n");
 }
 
 TEST(ScanE2E, ARankShareIsCheckedAgainstTheOrderAndTheDataset) {

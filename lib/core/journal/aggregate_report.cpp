@@ -213,13 +213,29 @@ ScanResult Aggregator::result(const ScanEnd& end) {
     r["geometry"]["accumulation_windows"] = g.windows;
     r["geometry"]["last_window_batches"] = g.last_window_batches;
   }
+  // A rank's number in the report is the user's: a recorded rank share's one rank is its own
+  // rank R of the world (loader.order_rank), not the order's index 0.
+  auto rank_id = [&](uint64_t i) { return spec.share ? spec.share->rank : i; };
+  std::vector<uint64_t> rank_ids;
+  for (uint64_t i : start_.ranks) rank_ids.push_back(rank_id(i));
   r["batches"] = {{"checked", done_.load()},
-                  {"ranks", start_.ranks},
+                  {"ranks", rank_ids},
                   {"first", first_ ? shapes_json(*first_) : nlohmann::ordered_json()},
                   {"last", last_ ? shapes_json(*last_) : nlohmann::ordered_json()}};
-  r["series"] = series_.to_json(start_.ranks);
+  r["series"] = series_.to_json(rank_ids);
   r["findings"] = nlohmann::ordered_json::array();
-  for (const auto& f : findings_) r["findings"].push_back(to_json(f));
+  for (const auto& f : findings_) {
+    nlohmann::ordered_json j = to_json(f);
+    if (spec.share) {
+      auto relabel = [&](nlohmann::ordered_json& v) {
+        if (v.is_number_unsigned()) v = rank_id(v.get<uint64_t>());
+      };
+      relabel(j["rank"]);
+      if (j.contains("ranks")) for (auto& v : j["ranks"]) relabel(v);
+      if (j.contains("occurrences")) for (auto& o : j["occurrences"]) relabel(o["rank"]);
+    }
+    r["findings"].push_back(std::move(j));
+  }
   SuggestRequest sr;
   sr.samples = data.samples;
   sr.batch_size = spec.batch_size;

@@ -7,7 +7,15 @@
 
 namespace batchcheck {
 
-std::vector<uint64_t> replay_ranks(uint64_t world_size, std::optional<uint64_t> rank) {
+std::vector<uint64_t> replay_ranks(uint64_t world_size, std::optional<uint64_t> rank, std::optional<uint64_t> share_rank) {
+  if (share_rank) {
+    if (rank && *rank != *share_rank) {
+      throw InputError("", "--rank", "rank " + std::to_string(*rank) + " is not in the recorded order: it holds rank " +
+                                         std::to_string(*share_rank) + "'s share (loader.order_rank); use --rank " +
+                                         std::to_string(*share_rank) + " or leave --rank out");
+    }
+    return {0};
+  }
   if (rank) {
     if (*rank >= world_size) {
       throw InputError("", "--rank", "rank " + std::to_string(*rank) + " does not exist with world_size " +

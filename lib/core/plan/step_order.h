@@ -12,8 +12,10 @@
 namespace batchcheck {
 
 // The DDP ranks a replay takes: all of `world_size`, or --rank's only (InputError("", "--rank")
-// when it does not exist).
-std::vector<uint64_t> replay_ranks(uint64_t world_size, std::optional<uint64_t> rank);
+// when it does not exist). A recorded rank share (loader.order_rank, `share_rank`) is the
+// order's one rank, index 0, which --rank names by the share's own rank.
+std::vector<uint64_t> replay_ranks(uint64_t world_size, std::optional<uint64_t> rank,
+                                   std::optional<uint64_t> share_rank = std::nullopt);
 // The batches it takes of each rank: all, checks.max_batches' first (0: all), or --edges'
 // first and last.
 std::vector<uint64_t> replay_batches(uint64_t batches_per_rank, bool edges, uint64_t max_batches);

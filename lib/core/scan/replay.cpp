@@ -89,7 +89,8 @@ void Replayer::run(const OrderFn& order) {
   const Geometry& g = plan.geometry();
   check_rank_share(g, cfg_.file);
 
-  const std::vector<uint64_t> ranks = replay_ranks(spec.world_size, settings_.rank);
+  const std::vector<uint64_t> ranks = replay_ranks(spec.world_size, settings_.rank,
+                                                     spec.share ? std::optional<uint64_t>(spec.share->rank) : std::nullopt);
   const std::vector<uint64_t> batch_list = replay_batches(g.batches_per_rank, settings_.edges, cfg_.checks.max_batches);
   const uint64_t per_rank = batch_list.size();
   const uint64_t total = per_rank * ranks.size();

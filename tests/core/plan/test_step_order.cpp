@@ -44,6 +44,16 @@ TEST(ReplaySteps, RanksAndBatchesTaken) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.where() + ": " + e.detail(), "--rank: rank 2 does not exist with world_size 2 (ranks are 0..1)");
   }
+  // A recorded rank share: the order's one rank (index 0) is named by its own rank.
+  EXPECT_EQ(replay_ranks(1, std::nullopt, 3), (std::vector<uint64_t>{0}));
+  EXPECT_EQ(replay_ranks(1, 3, 3), (std::vector<uint64_t>{0}));
+  try {
+    replay_ranks(1, 0, 3);
+    ADD_FAILURE() << "rank 0 of rank 3's share accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where() + ": " + e.detail(), "--rank: rank 0 is not in the recorded order: it holds rank 3's share "
+                                             "(loader.order_rank); use --rank 3 or leave --rank out");
+  }
   EXPECT_EQ(replay_batches(5, false, 0), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(replay_batches(5, false, 2), (std::vector<uint64_t>{0, 1}));
   EXPECT_EQ(replay_batches(5, false, 9), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
