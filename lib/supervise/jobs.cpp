@@ -158,7 +158,9 @@ void Jobs::measure(Clock::time_point now) {
     return;
   }
   const double wall = std::chrono::duration<double>(now - *first_at_).count();
-  if (done < first_done_ + 3 || wall < 0.1) return;
+  // A tenth of a second of steps measures them well enough: one long step (a transformer's
+  // batch) decides at once, instead of three more on the first job's share of the threads.
+  if (done == first_done_ || wall < 0.1) return;
   deciding_ = false;
   JobsMeasure m;
   m.cpu = j0.agg->scan_start().device == "cpu";
