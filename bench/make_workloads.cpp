@@ -1,7 +1,7 @@
 // Writes the benchmark workloads of issue 5 (deterministic; skipped when present):
 //  p1: 200,000 x 32 float32, int64 labels in [0, 10), MLP 32->64->10, batch 64, cross_entropy
 //  p2: 6,000 x 3 x 64 x 64 float32, {0,1} masks 1 x 64 x 64, conv(3->8,3x3)-ReLU-conv(8->1,1x1)-sigmoid, batch 32, bce
-//  p2x4: p2 with 4x the samples (peak RSS must not grow with the dataset)
+//  p1x4, p2x4: p1, p2 with 4x the samples (~10 s scans; p2x4: peak RSS must not grow with the dataset)
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,8 +22,8 @@ std::vector<float> uniform(Lcg& rng, std::size_t n, float scale) {
 
 void write_config(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
-void make_p1(const fs::path& dir) {
-  const uint64_t n = 200000, f = 32;
+void make_p1(const fs::path& dir, uint64_t n) {
+  const uint64_t f = 32;
   Lcg rng(11);
   std::vector<float> x(n * f);
   for (auto& v : x) v = rng.normal();
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     const char* name;
     void (*make)(const fs::path&);
   } workloads[] = {
-      {"p1", make_p1},
+      {"p1", [](const fs::path& d) { make_p1(d, 200000); }},
+      {"p1x4", [](const fs::path& d) { make_p1(d, 800000); }},
       {"p2", [](const fs::path& d) { make_p2(d, 6000); }},
       {"p2x4", [](const fs::path& d) { make_p2(d, 24000); }},
   };
