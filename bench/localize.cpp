@@ -13,6 +13,7 @@
 #include "core/config/config.h"
 #include "engine/fixtures.h"
 #include "engine/localize/localize.h"
+#include "engine/model/localize_batch.h"
 #include "engine/model/model_runner.h"
 
 using namespace batchcheck;

@@ -508,6 +508,16 @@ def _floating_leaves(x):
     return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+# Ops whose output holds whatever the memory held (dropout's mask before bernoulli_ fills it): a
+# NaN or Inf there was made by no computation, so it is neither an overflow nor a NaN's origin.
+_UNDEFINED_VALUES = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
+                               "new_empty_strided", "resize_"})
+
+
+def _undefined(func):
+    return getattr(getattr(func, "overloadpacket", None), "__name__", None) in _UNDEFINED_VALUES
+
+
 def _op_name(func):
     """An aten op as a graph names it: aten.addmm.default -> aten::addmm."""
     return "aten::" + str(func).split(".")[1] if str(func).startswith("aten.") else str(func)
@@ -525,7 +535,7 @@ class _FirstNonfinite(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.nan is None:
+        if self.nan is None and not _undefined(func):
             outs, ins = _floating_leaves(out), _floating_leaves((args, kwargs or {}))
             if any(bool(torch.isnan(t).any()) for t in outs) and not any(bool(torch.isnan(t).any()) for t in ins):
                 self.nan = self._record(func, ins, outs)
@@ -599,6 +609,8 @@ class HalfWatch(TorchDispatchMode):
             from torch.utils._pytree import tree_map
             before = tree_map(_wide, (args, kwargs))
         out = func(*args, **kwargs)
+        if _undefined(func):
+            return out
         for t in _floating_leaves(out):
             if t.dtype not in _HALF_NAMES or not t.numel():
                 continue
