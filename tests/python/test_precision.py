@@ -249,12 +249,15 @@ class StaleMask(nn.Module):
         return h * torch.empty_like(h).bernoulli_(0.9)
 
 
-def freed_memory_comes_back():
+def freed_memory_comes_back(dtype=torch.bfloat16, value=float("inf")):
     """Whether this allocator hands a freed tensor's memory to the next empty_like of its size."""
-    h = torch.zeros(16, 512, dtype=torch.bfloat16)
-    stale = torch.full_like(h, float("inf"))
-    del stale
-    return not bool(torch.isfinite(torch.empty_like(h)).all())
+    h = torch.zeros(16, 512, dtype=dtype)
+    for _ in range(5):
+        stale = torch.full_like(h, value)
+        del stale
+        if not bool(torch.isfinite(torch.empty_like(h)).all()):
+            return True
+    return False
 
 
 class TestUninitializedMemoryIsNoOverflow(unittest.TestCase):

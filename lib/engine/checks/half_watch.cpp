@@ -41,13 +41,6 @@ bool in_place(const at::RecordFunction& fn) {
   return n > 1 && name[n - 1] == '_' && name[n - 2] != '_';
 }
 
-// An op whose output holds whatever the memory held (aten::empty_like, before bernoulli_ fills
-// dropout's mask): its values were made by no computation, neither a peak nor an overflow.
-bool undefined_values(const at::RecordFunction& fn) {
-  const std::string name = fn.name();
-  return name.rfind("aten::empty", 0) == 0 || name.rfind("aten::new_empty", 0) == 0 || name == "aten::resize_";
-}
-
 // A scalar or tensor argument that is already NaN/Inf: the op's non-finite output is its
 // argument's (masked_fill(x, mask, -inf)), not an overflow. An argument the op wrote into counts
 // as it was before the op.
@@ -100,7 +93,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   WatchState* s = t_state;
   if (!s) return;
-  if (--s->depth != 0 || !ctx || undefined_values(fn)) return;
+  if (--s->depth != 0 || !ctx || undefined_values(fn.name())) return;
   at::DisableRecordFunctionGuard off;  // the watch's own reductions are not the model's ops
   for (const c10::IValue& v : fn.outputs()) {
     if (!v.isTensor() || !is_half(v.toTensor())) continue;
@@ -114,6 +107,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 }  // namespace
+
+bool undefined_values(const std::string& op) {
+  return op.rfind("aten::empty", 0) == 0 || op.rfind("aten::new_empty", 0) == 0 || op == "aten::resize_";
+}
 
 struct HalfWatch::Impl {
   explicit Impl(HalfWatchResult& r) : into(r) {}

@@ -12,6 +12,11 @@
 
 namespace batchcheck {
 
+// Whether an op's output holds whatever the memory held ("aten::empty_like", "aten::new_empty",
+// "aten::resize_": dropout's mask before bernoulli_ fills it): a value no computation made, so
+// neither a peak, an overflow nor where a NaN was born.
+bool undefined_values(const std::string& op);
+
 struct HalfWatchResult {
   double peak = 0;            // the largest finite |value| of a half-precision op output
   std::string nonfinite_op;   // the first op whose half output went non-finite from finite arguments; "" if none

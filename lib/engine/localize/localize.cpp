@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/findings/error_text.h"
+#include "engine/checks/half_watch.h"
 #include "engine/checks/tensor_checks.h"
 #include "engine/localize/localize_sites.h"
 
@@ -248,6 +249,7 @@ struct ForwardLocalizer::Impl {
           probe_values[p] = std::max(std::fabs(st.min), std::fabs(st.max));
         }
       }
+      if (undefined_values(site.node->kind().toQualString())) continue;  // its values were made by no op
       if (req.peak && st.finite && is_half(t) && site.node->kind() != c10::prim::Param &&
           site.node->kind() != c10::prim::GetAttr) {
         const double m = std::max(std::fabs(st.min), std::fabs(st.max));
