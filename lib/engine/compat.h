@@ -1,6 +1,7 @@
 #pragma once
 // The one place where the LibTorch versions batchcheck builds against differ in API.
 // Everything else in lib/engine/ is written once.
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
@@ -117,6 +118,20 @@ class NoAutocast {
   bool cpu_, cuda_;
   c10::ScalarType cpu_dtype_, cuda_dtype_;
 };
+
+// Deterministic algorithms with empty tensors filled (NaN, or an integer's largest value), as
+// torch.use_deterministic_algorithms(True) sets them: from 2.1 on; false where the build has no
+// such fill (1.13 leaves empty tensors as the memory was).
+inline bool set_fill_uninitialized_memory(bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false);
+  at::globalContext().setDeterministicFillUninitializedMemory(on);
+  return true;
+#else
+  (void)on;
+  return false;
+#endif
+}
 
 }  // namespace batchcheck::compat
 

@@ -511,7 +511,7 @@ def _floating_leaves(x):
 # Ops whose output holds whatever the memory held (dropout's mask before bernoulli_ fills it): a
 # NaN or Inf there was made by no computation, so it is neither an overflow nor a NaN's origin.
 _UNDEFINED_VALUES = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
-                               "new_empty_strided", "resize_"})
+                               "new_empty_strided", "resize_", "resize_as_"})
 
 
 def _undefined(func):
@@ -579,8 +579,8 @@ def _largest(t):
     the full-size copy abs() makes (a third of the watch's cost); LibTorch 1.13 has no float16
     aminmax on the CPU."""
     try:
-        lo, hi = torch.aminmax(t)
-        return max(-float(lo), float(hi)) if not (math.isnan(float(lo)) or math.isnan(float(hi))) else math.nan
+        lo, hi = (float(v) for v in torch.aminmax(t))  # one read back each (a GPU sync each)
+        return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
     except RuntimeError:
         return float(t.abs().amax())
 

@@ -109,7 +109,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }  // namespace
 
 bool undefined_values(const std::string& op) {
-  return op.rfind("aten::empty", 0) == 0 || op.rfind("aten::new_empty", 0) == 0 || op == "aten::resize_";
+  return op.rfind("aten::empty", 0) == 0 || op.rfind("aten::new_empty", 0) == 0 || op == "aten::resize_" ||
+         op == "aten::resize_as_";
 }
 
 struct HalfWatch::Impl {

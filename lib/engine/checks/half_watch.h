@@ -13,7 +13,7 @@
 namespace batchcheck {
 
 // Whether an op's output holds whatever the memory held ("aten::empty_like", "aten::new_empty",
-// "aten::resize_": dropout's mask before bernoulli_ fills it): a value no computation made, so
+// "aten::resize_", "aten::resize_as_": dropout's mask before bernoulli_ fills it): a value no computation made, so
 // neither a peak, an overflow nor where a NaN was born.
 bool undefined_values(const std::string& op);
 

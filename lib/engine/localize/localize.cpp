@@ -234,9 +234,16 @@ struct ForwardLocalizer::Impl {
     bool after_nan = false, after_inf = false;
     if (visits.size() < sites.size()) visits.resize(sites.size(), 0);
     const uint64_t visit = visits[k]++;
+    // Memory no op wrote (empty_like): no value, so an op reading it (x * mask after the mask's
+    // bernoulli_, which the graph does not re-bind) does not count it as a non-finite argument.
+    const bool undefined = undefined_values(site.node->kind().toQualString());
     for (std::size_t i = 0; i < site.outs.size(); ++i) {
       const c10::IValue& v = stack[base + i];
       if (!v.isTensor() || !usable(v.toTensor())) continue;
+      if (undefined) {
+        values.erase(site.outs[i]);
+        continue;
+      }
       const at::Tensor& t = v.toTensor();
       ValueState st;
       st.finite = min_max(t, st.min, st.max);
@@ -249,7 +256,6 @@ struct ForwardLocalizer::Impl {
           probe_values[p] = std::max(std::fabs(st.min), std::fabs(st.max));
         }
       }
-      if (undefined_values(site.node->kind().toQualString())) continue;  // its values were made by no op
       if (req.peak && st.finite && is_half(t) && site.node->kind() != c10::prim::Param &&
           site.node->kind() != c10::prim::GetAttr) {
         const double m = std::max(std::fabs(st.min), std::fabs(st.max));

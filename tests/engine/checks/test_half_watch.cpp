@@ -7,6 +7,8 @@
 
 #include <limits>
 
+#include "engine/compat.h"
+
 using namespace batchcheck;
 
 TEST(HalfWatch, ThePeakAndTheFirstOverflowingOp) {
@@ -31,10 +33,26 @@ TEST(HalfWatch, AnArgumentAlreadyInfIsNoOverflow) {
   EXPECT_EQ(r.nonfinite_op, "");
 }
 
+TEST(HalfWatch, AnEmptyTensorsValuesAreNoOverflow) {
+  // Deterministic algorithms fill empty_like's output with NaN: what the memory held, made by no
+  // op (dropout's mask before bernoulli_ fills it). Neither a peak nor an overflow.
+  if (!compat::set_fill_uninitialized_memory(true)) GTEST_SKIP() << "this LibTorch does not fill empty tensors";
+  HalfWatchResult r;
+  {
+    HalfWatch watch(true, r);
+    const at::Tensor x = at::full({64}, 1.0, at::kHalf);
+    const at::Tensor mask = at::empty_like(x);
+    compat::set_fill_uninitialized_memory(false);
+    EXPECT_TRUE(at::isnan(mask).all().item<bool>());
+  }
+  EXPECT_EQ(r.nonfinite_op, "");
+  EXPECT_EQ(r.peak, 1.0);
+}
+
 TEST(HalfWatch, OpsWhoseOutputIsWhateverMemoryHeld) {
   // empty_like's values (dropout's mask before bernoulli_ fills it) were made by no op.
   for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-                         "aten::new_empty_strided", "aten::resize_"}) {
+                         "aten::new_empty_strided", "aten::resize_", "aten::resize_as_"}) {
     EXPECT_TRUE(undefined_values(op)) << op;
   }
   for (const char* op : {"aten::add", "aten::bernoulli_", "aten::full_like", "aten::zeros_like"}) {
