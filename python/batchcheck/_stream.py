@@ -296,7 +296,14 @@ class _Server:
             return e
 
     def _index(self, indices):
-        """The batch default_collate makes of a TensorDataset's samples: each tensor's rows."""
+        """The batch default_collate makes of a TensorDataset's samples: each tensor's rows (a
+        slice where they are consecutive, as a sequential sampler's are: no gather; the step gets
+        its own copy of the batch anyway)."""
+        n = len(indices)
+        first = indices[0] if n else 0
+        if n and 0 <= first and first + n <= min(len(t) for t in self.tensors) and \
+                indices == list(range(first, first + n)):
+            return [t[first:first + n] for t in self.tensors]
         rows = torch.as_tensor(indices, dtype=torch.long)
         try:
             return [t[rows] for t in self.tensors]
