@@ -327,9 +327,14 @@ void attach_fixes(Finding& f, const FixContext& c) {
 
   if (id == "half-overflow" || id == "half-headroom") {
     const std::string module = f.evidence.contains("op") ? f.evidence["op"].value("module", "") : "";
-    f.fixes.push_back({"use-bf16", "train in bfloat16 where the hardware has it (Ampere GPUs and later, recent CPUs): float32's range",
-                       "with torch.autocast(device_type, dtype=torch.bfloat16):  # no GradScaler needed",
-                       "8 bits of mantissa instead of 10: check the accuracy you reach", {}});
+    const std::string dtype = f.evidence.value("dtype", f.evidence.contains("op") ? f.evidence["op"].value("dtype", "") : "");
+    // bfloat16 has float32's range already: a bfloat16 finding is precision, not range, so
+    // "train in bfloat16" would change nothing.
+    if (dtype != "bfloat16") {
+      f.fixes.push_back({"use-bf16", "train in bfloat16 where the hardware has it (Ampere GPUs and later, recent CPUs): float32's range",
+                         "with torch.autocast(device_type, dtype=torch.bfloat16):  # no GradScaler needed",
+                         "8 bits of mantissa instead of 10: check the accuracy you reach", {}});
+    }
     f.fixes.push_back({"fp32-module",
                        "run " + (module.empty() ? std::string("the op's block") : "the module " + python_literal(module)) +
                            " in float32 inside the autocast region",

@@ -474,6 +474,17 @@ TEST(Fixes, AClassIndexInsideALibrarysLossWidensTheModel) {
   EXPECT_EQ(fix_ids({"", s, "target-out-of-range", 2, 3, Severity::Error, called, {}}), (V{"more-classes", "remap-labels"}));
 }
 
+TEST(Fixes, AHalfOverflowInBfloat16IsNotToldToTrainInBfloat16) {
+  // bfloat16 has float32's range: its overflow (a precision loss made an Inf) keeps the other fixes.
+  const nlohmann::ordered_json op = {{"op", "aten::log"}, {"module", "head"}};
+  Case fp16{"fp16", {}, "half-overflow", 8, 3, Severity::Error,
+            {{"op", op}, {"fp32_max", 7e4}, {"dtype", "float16"}}, {}};
+  EXPECT_EQ(fix_ids(fp16), (std::vector<std::string>{"use-bf16", "fp32-module", "scale-inputs", "reproduce"}));
+  Case bf16{"bf16", {}, "half-overflow", 8, 3, Severity::Error,
+            {{"op", op}, {"fp32_max", -16.6}, {"dtype", "bfloat16"}}, {}};
+  EXPECT_EQ(fix_ids(bf16), (std::vector<std::string>{"fp32-module", "scale-inputs", "reproduce"}));
+}
+
 TEST(Fixes, DivisorFixUsesTheNearestDivisor) {
   LoaderCase s{6000, 32};
   Fix d = fix_batch_size_divisor(geometry(s));
