@@ -301,7 +301,7 @@ class _Server:
         its own copy of the batch anyway)."""
         n = len(indices)
         first = indices[0] if n else 0
-        if n and 0 <= first and first + n <= min(len(t) for t in self.tensors) and \
+        if n and 0 <= first and first + n <= len(self.tensors[0]) and \
                 indices == list(range(first, first + n)):
             return [t[first:first + n] for t in self.tensors]
         rows = torch.as_tensor(indices, dtype=torch.long)

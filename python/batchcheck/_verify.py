@@ -125,6 +125,9 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
     """Tries the findings' loader fixes (batch sizes, drop_last), filters and label maps on the
     user's own code; edits `data` (the report's JSON). Returns the lines that say what was tried."""
     flat = [i for idx in order for i in idx]
+    b0 = loader.batch_size
+    if not flat or not b0 or getattr(loader, "sampler", None) is None:
+        return []
     named_at = {}  # batch -> (samples the error findings name there, how many findings)
     for f in data.get("findings", []):
         if f.get("severity") == "error":
@@ -132,9 +135,6 @@ def try_fixes(data, model, loader, order, o, call, output, scan_seconds=None):
                 if occ.get("batch") is not None:
                     samples, count = named_at.get(occ["batch"], (set(), 0))
                     named_at[occ["batch"]] = (samples | set(occ.get("samples", [])), count + 1)
-    b0 = loader.batch_size
-    if not flat or not b0 or getattr(loader, "sampler", None) is None:
-        return []
     seconds = _MAX_SECONDS if scan_seconds is None else min(_MAX_SECONDS, max(2.0, 0.1 * scan_seconds))
     run = _Runner(model, loader, o, call or {}, output, seconds)
     said, started = [], time.monotonic()

@@ -56,6 +56,35 @@ std::vector<std::vector<int64_t>> stack_error_shapes(const std::string& error) {
   return out;
 }
 
+// The most common sample shape of a collate error whose samples differ past their first
+// dimension (images of two sizes), from the samples' shapes or, for batchcheck.scan()'s loader,
+// torch.stack's own words ("got [3, 64, 64] at entry 0 and [3, 32, 32] at entry 3"); empty where
+// they differ in their first dimension only (sequences of two lengths) or nothing says.
+std::vector<int64_t> unequal_sample_shape(const nlohmann::ordered_json& evidence) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> common;
+  uint64_t most = 0;
+  for (const auto& s : evidence.value("sample_shapes", nlohmann::ordered_json::array())) {
+    shapes.push_back(s.value("shape", std::vector<int64_t>{}));
+    if (s.value("count", uint64_t{0}) > most) {
+      most = s.value("count", uint64_t{0});
+      common = shapes.back();
+    }
+  }
+  if (shapes.empty()) {
+    shapes = stack_error_shapes(evidence.value("error", std::string()));
+    if (shapes.size() != 2) return {};
+    common = shapes[0];
+  }
+  for (const auto& shape : shapes) {
+    if (shape.size() != common.size()) continue;
+    for (std::size_t d = 1; d < shape.size(); ++d) {
+      if (shape[d] != common[d]) return common;
+    }
+  }
+  return {};
+}
+
 // Whether an extra output's key is an index into a tuple: as the prediction's, else all digits.
 bool aux_index(const FixContext& c, const std::string& key) {
   const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; });
@@ -538,32 +567,8 @@ void attach_fixes(Finding& f, const FixContext& c) {
       const bool inputs = field == "inputs";
       // Samples that differ past their first dimension (images of two sizes): pad_sequence
       // cannot join them either; one size in the Dataset's transform can.
-      const auto& shapes = f.evidence.value("sample_shapes", nlohmann::ordered_json::array());
-      std::vector<int64_t> common;
-      bool past_first = false;
-      uint64_t most = 0;
-      for (const auto& s : shapes) {
-        const auto shape = s.value("shape", std::vector<int64_t>{});
-        if (s.value("count", uint64_t{0}) > most) {
-          most = s.value("count", uint64_t{0});
-          common = shape;
-        }
-      }
-      for (const auto& s : shapes) {
-        const auto shape = s.value("shape", std::vector<int64_t>{});
-        if (shape.size() != common.size()) continue;
-        for (std::size_t d = 1; d < shape.size(); ++d) past_first = past_first || shape[d] != common[d];
-      }
-      if (shapes.empty()) {
-        // batchcheck.scan()'s loader: the shapes from torch.stack's own words ("got [3, 64, 64] at
-        // entry 0 and [3, 32, 32] at entry 3").
-        const auto stacked = stack_error_shapes(f.evidence.value("error", std::string()));
-        if (stacked.size() == 2 && stacked[0].size() == stacked[1].size()) {
-          common = stacked[0];
-          for (std::size_t d = 1; d < common.size(); ++d) past_first = past_first || stacked[1][d] != common[d];
-        }
-      }
-      if (past_first && common.size() >= 3) {
+      const std::vector<int64_t> common = unequal_sample_shape(f.evidence);
+      if (common.size() >= 3) {
         const std::string hw = std::to_string(common[common.size() - 2]) + ", " + std::to_string(common.back());
         f.fixes.push_back({"resize-samples", "give every sample of " + field + " one size in the Dataset's transform (" + hw + ")",
                            "transforms.Resize((" + hw + "))  # first in the transform; torchvision.transforms",

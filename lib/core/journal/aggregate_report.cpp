@@ -213,11 +213,9 @@ ScanResult Aggregator::result(const ScanEnd& end) {
     r["geometry"]["accumulation_windows"] = g.windows;
     r["geometry"]["last_window_batches"] = g.last_window_batches;
   }
-  // A rank's number in the report is the user's: a recorded rank share's one rank is its own
-  // rank R of the world (loader.order_rank), not the order's index 0.
-  auto rank_id = [&](uint64_t i) { return spec.share ? spec.share->rank : i; };
+  // A rank's number in the report is the user's (LoaderSpec::rank_id).
   std::vector<uint64_t> rank_ids;
-  for (uint64_t i : start_.ranks) rank_ids.push_back(rank_id(i));
+  for (uint64_t i : start_.ranks) rank_ids.push_back(spec.rank_id(i));
   r["batches"] = {{"checked", done_.load()},
                   {"ranks", rank_ids},
                   {"first", first_ ? shapes_json(*first_) : nlohmann::ordered_json()},
@@ -228,7 +226,7 @@ ScanResult Aggregator::result(const ScanEnd& end) {
     nlohmann::ordered_json j = to_json(f);
     if (spec.share) {
       auto relabel = [&](nlohmann::ordered_json& v) {
-        if (v.is_number_unsigned()) v = rank_id(v.get<uint64_t>());
+        if (v.is_number_unsigned()) v = spec.rank_id(v.get<uint64_t>());
       };
       relabel(j["rank"]);
       if (j.contains("ranks")) for (auto& v : j["ranks"]) relabel(v);

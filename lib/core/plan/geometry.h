@@ -29,6 +29,9 @@ struct LoaderSpec {
   std::optional<LoaderConfig::RankShare> share;  // loader.order_rank
 
   bool uses_distributed_sampler() const { return distributed_sampler || world_size > 1; }
+  // A rank's number as the user knows it: a recorded share's own rank R (its order's one rank is
+  // index 0 inside), else the index itself.
+  uint64_t rank_id(uint64_t index) const { return share ? share->rank : index; }
 };
 
 LoaderSpec loader_spec(const LoaderConfig& loader, uint64_t samples);

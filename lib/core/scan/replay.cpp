@@ -160,7 +160,7 @@ void Replayer::run(const OrderFn& order) {
     check_batch(ctx, have_next ? &next : nullptr);
     if (fail_fast) collect_pending();  // this step's findings decide whether to go on
     if (log_enabled(LogLevel::debug)) {
-      log_debug("rank " + std::to_string(spec.share ? spec.share->rank : rank) + " batch " + std::to_string(b) + " (" + plural(indices.size(), "sample") +
+      log_debug("rank " + std::to_string(spec.rank_id(rank)) + " batch " + std::to_string(b) + " (" + plural(indices.size(), "sample") +
                 "): " + (batch_has_error_ ? "findings" : "ok"));
     }
     if (failing_) break;

@@ -149,6 +149,26 @@ TEST(Fixes, ANanPredictionFromTheInputLeadsWithCleaningTheData) {
   for (const auto& fix : f.fixes) EXPECT_NE(fix.id, "bce-with-logits");
 }
 
+TEST(Fixes, ImagesOfTwoSizesAreResizedSequencesOfTwoLengthsPadded) {
+  // Samples that differ past their first dimension: one size in the Dataset's transform, from the
+  // samples' shapes or from torch.stack's own words; lengths alone: padding only.
+  const LoaderCase seed;
+  const J images = J::array({J{{"shape", {3, 64, 64}}, {"count", 7}}, J{{"shape", {3, 32, 32}}, {"count", 1}}});
+  const J lengths = J::array({J{{"shape", {12, 8}}, {"count", 5}}, J{{"shape", {9, 8}}, {"count", 3}}});
+  const J stacked = "stack expects each tensor to be equal size, but got [3, 64, 64] at entry 0 and [3, 32, 32] at entry 3";
+  Finding f;
+  EXPECT_EQ(fix_ids({"shapes", seed, "collate-error", 8, 3, Severity::Error,
+                     J{{"field", "inputs"}, {"collate", "default"}, {"sample_shapes", images}}, {}}, &f),
+            (V{"resize-samples", "pad-collate-variable-length", "reproduce"}));
+  EXPECT_EQ(f.fixes[0].code, "transforms.Resize((64, 64))  # first in the transform; torchvision.transforms");
+  EXPECT_EQ(fix_ids({"words", seed, "collate-error", 8, 3, Severity::Error,
+                     J{{"field", "inputs"}, {"collate", "default"}, {"error", stacked}}, {}}),
+            (V{"resize-samples", "pad-collate-variable-length", "reproduce"}));
+  EXPECT_EQ(fix_ids({"lengths", seed, "collate-error", 8, 3, Severity::Error,
+                     J{{"field", "inputs"}, {"collate", "default"}, {"sample_shapes", lengths}}, {}}),
+            (V{"pad-collate-variable-length", "reproduce"}));
+}
+
 TEST(Fixes, PadCollateFixIsTheConfigBatchcheckThenChecks) {
   const LoaderCase seed;
   Finding f;
