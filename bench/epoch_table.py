@@ -49,6 +49,28 @@ def epoch(model, loader, step, dtype=None):
         opt.step()
 
 
+@contextlib.contextmanager
+def engine_in_a_process():
+    """The engine in a process of its own where it would run in this one (_inprocess.py): the
+    path of every scan before it, for the column beside it."""
+    old = os.environ.get("BATCHCHECK_ENGINE")
+    os.environ["BATCHCHECK_ENGINE"] = "process"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["BATCHCHECK_ENGINE"]
+        else:
+            os.environ["BATCHCHECK_ENGINE"] = old
+
+
+def in_a_process(fn):
+    def run():
+        with engine_in_a_process():
+            return fn()
+    return run
+
+
 def medians(fns, runs):
     """{name: median wall} of the callables, run round-robin `runs` times."""
     times = {k: [] for k in fns}
@@ -63,38 +85,43 @@ def python_table(runs):
     warnings.simplefilter("ignore")
     ce = nn.CrossEntropyLoss()
     print("(1) batchcheck.scan() against the user's epoch (median of %d, alternated; ratio to the epoch)" % runs)
-    print("%-12s %8s %18s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)", "eager=True (fwd)"))
+    print("(the step's and eager=True's engine runs in the scanning process; \"in a process\": in its own, as before)")
+    cols = ("loss", "step", "step-p", "eager")
+    print("%-12s %8s %18s %18s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)", "step=, in a process",
+                                             "eager=True (fwd)"))
     for name in W.CASES:
         torch.manual_seed(0)
         model, loader, step = W.CASES[name]()
+        step_scan = lambda: batchcheck.scan(model, loader, step=step, quiet=True)  # noqa: E731
         m = medians({"epoch": lambda: epoch(model, loader, step),
                      "loss": lambda: batchcheck.scan(model, loader, ce, quiet=True),
-                     "step": lambda: batchcheck.scan(model, loader, step=step, quiet=True),
+                     "step": step_scan, "step-p": in_a_process(step_scan),
                      "eager": lambda: batchcheck.scan(model, loader, ce, eager=True, quiet=True)}, runs)
         e = m["epoch"]
-        print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in ("loss", "step", "eager")),
-              flush=True)
+        print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in cols), flush=True)
     print("\n(2) precision=\"bf16\" against the user's bf16 autocast epoch")
-    print("%-12s %8s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)"))
+    print("%-12s %8s %18s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)", "step=, in a process"))
     for name in ("transformer", "cnn"):
         torch.manual_seed(0)
         model, loader, step = W.CASES[name]()
+        step_scan = lambda: batchcheck.scan(model, loader, step=step, precision="bf16", quiet=True)  # noqa: E731
         m = medians({"epoch": lambda: epoch(model, loader, step, torch.bfloat16),
                      "loss": lambda: batchcheck.scan(model, loader, ce, precision="bf16", quiet=True),
-                     "step": lambda: batchcheck.scan(model, loader, step=step, precision="bf16", quiet=True)}, runs)
+                     "step": step_scan, "step-p": in_a_process(step_scan)}, runs)
         e = m["epoch"]
-        print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in ("loss", "step")),
+        print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in ("loss", "step", "step-p")),
               flush=True)
     print("\n(3) the fixed cost: a scan of one batch (start-up, model, the batch, the report)")
     for name in ("mlp", "cnn"):
         torch.manual_seed(0)
         model, loader, step = W.CASES[name]()
         one = DataLoader(Subset(loader.dataset, range(loader.batch_size)), batch_size=loader.batch_size)
+        step_scan = lambda: batchcheck.scan(model, one, step=step, quiet=True)  # noqa: E731
         m = medians({"loss": lambda: batchcheck.scan(model, one, ce, quiet=True),
-                     "step": lambda: batchcheck.scan(model, one, step=step, quiet=True),
+                     "step": step_scan, "step-p": in_a_process(step_scan),
                      "epoch": lambda: epoch(model, one, step)}, runs)
-        print("%-12s scan(m, ld, loss) %.3f s   scan(step=) %.3f s   (the user's step on it: %.3f s)"
-              % (name, m["loss"], m["step"], m["epoch"]), flush=True)
+        print("%-12s scan(m, ld, loss) %.3f s   scan(step=) %.3f s (in a process %.3f s)   (the user's step on it: %.3f s)"
+              % (name, m["loss"], m["step"], m["step-p"], m["epoch"]), flush=True)
 
 
 def command_table(build, runs):

@@ -26,6 +26,9 @@ struct BackendOptions {
   bool simulate_device_asserts = false;
   bool backward = false;  // forward with autograd, then loss.backward() per batch
   std::optional<uint64_t> threads;
+  // Inside the caller's Python process (ScanCommand::shared_process): LibTorch's thread count
+  // and print hook are the user's, and stay so.
+  bool shared_process = false;
   // Called with each input file's name before LibTorch reads it (the supervisor names the
   // file when the reader crashes).
   std::function<void(const std::string& file)> loading;

@@ -95,6 +95,7 @@ BackendOptions backend_options(const ScanCommand& cmd, const Config& cfg) {
   bo.sync = cfg.sync;
   bo.backward = backward_enabled(cfg);
   bo.threads = cmd.threads;
+  bo.shared_process = cmd.shared_process;
   return bo;
 }
 
@@ -109,10 +110,12 @@ ScanSettings engine_settings(const ScanCommand& cmd) {
 }  // namespace
 
 ScanOutcome scan_command(const ScanCommand& cmd, std::ostream& out, std::ostream& err) {
-  tune_allocator_for_batches();
-  // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed) instead of
-  // SIGXFSZ killing the process and leaving the temp file behind.
-  std::signal(SIGXFSZ, SIG_IGN);
+  if (!cmd.shared_process) {
+    tune_allocator_for_batches();
+    // Past `ulimit -f` a write fails with EFBIG (reported, temp file removed) instead of
+    // SIGXFSZ killing the process and leaving the temp file behind.
+    std::signal(SIGXFSZ, SIG_IGN);
+  }
   Config cfg = prepare_scan_config(cmd);
   auto backend = make_torch_backend(cfg, backend_options(cmd, cfg));
   const ScanSettings settings = engine_settings(cmd);

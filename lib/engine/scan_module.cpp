@@ -1,10 +1,12 @@
-// The entry point of libbatchcheck_scan.so, loaded by the batchcheck binary for `scan`.
+// The entry points of libbatchcheck_scan.so: the supervisor's engine child, and the in-process
+// scan of libbatchcheck_inprocess.so (app/scan_inprocess.cpp).
 // Nothing is thrown across the module boundary: errors come back as plain data.
 #include <exception>
 #include <ostream>
 #include <string>
 
 #include "core/base/errors.h"
+#include "core/base/log.h"
 #include "core/findings/error_text.h"
 #include "engine/scan_command.h"
 #include "engine/scan_module.h"
@@ -12,6 +14,9 @@
 extern "C" __attribute__((visibility("default"))) int batchcheck_scan_v1(const batchcheck::ScanCommand* cmd,
                                                                           std::ostream* out, std::ostream* err,
                                                                           batchcheck::ScanModuleResult* result) {
+  // This module's diagnostics (its own copy of core's log) go where the caller's do.
+  batchcheck::LogScope log_scope(*err);
+  batchcheck::set_log_level(cmd->log_level);
   try {
     result->outcome = batchcheck::scan_command(*cmd, *out, *err);
     return batchcheck::kScanModuleOk;

@@ -1,5 +1,6 @@
 #pragma once
-// The ABI between the batchcheck binary and libbatchcheck_scan.so (see app/scan_lazy.cpp).
+// The ABI between libbatchcheck_scan.so and what loads it: the batchcheck binary's engine child
+// (app/scan_supervised.cpp) and the in-process module (app/scan_inprocess.cpp).
 #include <string>
 
 #include "engine/scan_command.h"

@@ -96,12 +96,16 @@ class TorchBackend : public Backend {
   TorchBackend(const Config& cfg, const BackendOptions& opt) : cfg_(cfg), opt_(opt) {
     // A print() in the model's TorchScript is the model's record at info, never on stdout
     // (the report); the log escapes it where it is written.
-    torch::jit::setPrintHandler([](const std::string& s) {
-      log(LogLevel::info, LogSource::model, std::string_view(s).substr(0, s.size() - (!s.empty() && s.back() == '\n')));
-    });
+    if (!opt.shared_process) {
+      torch::jit::setPrintHandler([](const std::string& s) {
+        log(LogLevel::info, LogSource::model, std::string_view(s).substr(0, s.size() - (!s.empty() && s.back() == '\n')));
+      });
+    }
     static ModelWarnings warnings;
-    compat::set_warning_handler(&warnings);
-    if (opt.threads) {
+    compat::set_warning_handler(&warnings);  // this thread's own (c10 keeps it per thread)
+    if (opt.shared_process) {
+      // The user's process: its intra-op threads are theirs (its step runs on them meanwhile).
+    } else if (opt.threads) {
       at::set_num_threads(static_cast<int>(*opt.threads));
     } else if (cfg.model.format == ModelFormat::Eager) {
       // batchcheck.scan() runs the model (or the step) in its own process on every core; what

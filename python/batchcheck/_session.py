@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from batchcheck import _arrays, _capture
+from batchcheck import _arrays, _capture, _inprocess
 from batchcheck import export as _export
 from batchcheck._cli import binary
 from batchcheck._batch import describe, is_flat
@@ -256,7 +256,11 @@ class Session:
         split = whole or (self.random_access and cfg["model"].get("format") != "eager")
         self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
-        self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet, self.janitor)
+        lib = _inprocess.library(binary()) if _inprocess.serves(cfg, self.o.args) else None
+        if lib is not None:  # their model or step runs here: the engine too (_inprocess.py)
+            self.engine = _inprocess.Engine(lib, ["scan", cfg_path] + tail, self.o.quiet, self.server.shut_connections)
+        else:
+            self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet, self.janitor)
         self.launched = json.loads(json.dumps(cfg))  # as written: later edits of self.config are not in it
 
     def relaunch(self, cfg):

@@ -38,7 +38,8 @@ class _Engine:
         # A session of its own, so that the janitor can end it by its group where this process ends
         # without a word; its engine child dies with it (PR_SET_PDEATHSIG, supervise/engine_child).
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=(lambda: os.nice(int(os.environ["BC_NICE"]))) if os.environ.get("BC_NICE") else None)
         if janitor is not None:
             janitor.group(self.proc.pid)
         self.lines = []
@@ -536,6 +537,14 @@ class _Server:
         header.update(extra)
         return header, [t for _, t in tensors]
 
+    def shut_connections(self):
+        """The engine's connections shut (an engine reading them ends), the server still open."""
+        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self):
         # Nothing of the loader runs after this: open connections are shut, and the lock waits
         # for a batch being served or pushed, before the iterator's hook and the RNGs go back.
@@ -544,11 +553,7 @@ class _Server:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.shut_connections()
         with self.lock:  # the batch being served or pushed is done
             pass
         for t in [self.thread] + self.workers:

@@ -9,8 +9,9 @@ Your loader runs in your process, as training runs it (its sampler, collate_fn, 
 workers); each batch it yields is sent to batchcheck's engine over a Unix socket (_stream.py),
 nothing is written to disk but the model (scripted, or traced on the first batch: _prepare.py)
 and the recorded order (a TensorDataset under default_collate goes whole, through memfds:
-_arrays.py). The engine runs in its own supervised process (_session.py): a crash of LibTorch is
-a finding, never a crash of yours. Every RNG the loader can reach is restored afterwards, so the
+_arrays.py). An engine that runs a model of its own runs in its own supervised process
+(_session.py): a crash of LibTorch is a finding, never a crash of yours; where the user's step or
+model runs here, the engine (which then runs none) runs here too (_inprocess.py). Every RNG the loader can reach is restored afterwards, so the
 epoch your training runs next is the one that was scanned.
 """
 import random

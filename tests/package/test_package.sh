@@ -41,7 +41,8 @@ wheel=$(env -u CUDA_HOME -u CUDA_PATH PATH="$nocuda_path" BATCHCHECK_PYTHON="$V/
   WHEEL_BUILD_DIR="$unpacked/build-wheel" BATCHCHECK_WERROR=ON "$unpacked/scripts/wheel.sh" "$unpacked" "$WORK/dist" 2>"$WORK/wheel.log" | tail -1) || { tail -40 "$WORK/wheel.log" >&2; fail "scripts/wheel.sh"; }
 [[ $(basename "$wheel") =~ ^batchcheck-[0-9.]+-py3-none-manylinux_[0-9]+_[0-9]+_x86_64\.whl$ ]] || fail "the wheel is named $(basename "$wheel")"
 "$V/python" -m zipfile -l "$wheel" >"$WORK/wheel.txt"
-for f in batchcheck/_bin/batchcheck batchcheck/_bin/libbatchcheck_scan.so batchcheck/export.py batchcheck/_version.py; do
+for f in batchcheck/_bin/batchcheck batchcheck/_bin/libbatchcheck_scan.so batchcheck/_bin/libbatchcheck_inprocess.so \
+  batchcheck/export.py batchcheck/_version.py; do
   grep -q "^$f " "$WORK/wheel.txt" || fail "the wheel lacks $f"
 done
 for lib in libjpeg libpng libwebp; do
@@ -126,4 +127,18 @@ set -e
 [[ $rc == 1 ]] || { cat "$WORK/target.err" >&2; fail "scan() through PYTHONPATH exited $rc, expected 1 (the imported torch, not the one first on the loader's path)"; }
 grep -q "batchnorm-single-value at batch 64, samples \[1784\]" "$WORK/target.err" || { cat "$WORK/target.err" >&2; fail "scan() through PYTHONPATH: the example's batch of one"; }
 [[ $rc2 == 1 ]] || { cat "$WORK/target-cli.err" >&2; fail "python -m batchcheck scan through PYTHONPATH exited $rc2, expected 1"; }
+# A step run as written: the engine runs in this Python (_inprocess.py), on the torch it imported.
+(cd "$WORK" && PYTHONPATH="$WORK/target" LD_LIBRARY_PATH="$WORK/other-torch/torch/lib" "$WORK/venv-bare/bin/python" - <<'PY'
+import torch, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+import batchcheck
+from batchcheck import _cli, _inprocess
+assert _inprocess.library(_cli.binary()) is not None, "the installed package's in-process engine does not load"
+y = torch.randint(0, 3, (20,), generator=torch.Generator().manual_seed(0))
+y[13] = 7
+r = batchcheck.scan(torch.nn.Linear(4, 3), DataLoader(TensorDataset(torch.rand(20, 4), y), batch_size=4),
+                    step=lambda m, b: F.cross_entropy(m(b[0]), b[1]), quiet=True)
+assert not r.ok and (3, [13]) in [(o["batch"], o["samples"]) for f in r.findings for o in f.data["occurrences"]], r.text
+PY
+) || fail "scan(step=) through PYTHONPATH with the engine in the scanning process"
 echo "package: ok ($(basename "$wheel"))" >&2

@@ -1,6 +1,7 @@
 """What a scan leaves behind, however its process ends (written by the team): scan() in a child
-process, ended by SIGTERM, SIGHUP, SIGINT and os._exit in the user's step while it runs; after
-each, its temporary directory is as before and no engine process of it remains. A step's
+process, ended by SIGTERM, SIGHUP, SIGINT and os._exit in the user's step while it runs, with the
+engine in that process (the step's default) and in its own; after each, its temporary directory
+is as before and no engine process of it remains. A step's
 KeyboardInterrupt and SystemExit reach the caller as themselves, and a TMPDIR too long for a
 Unix socket's path still scans.
 
@@ -65,12 +66,15 @@ def processes_mentioning(text):
 
 
 class TestNothingLeftBehind(unittest.TestCase):
-    def run_child(self, how, tmp_name="t"):
+    def run_child(self, how, tmp_name="t", engine=None):
         root = tempfile.mkdtemp(prefix="bc-leftovers-")
         tmp = os.path.join(root, tmp_name)
         os.makedirs(tmp)
         marker = os.path.join(root, "started")
         env = dict(os.environ, TMPDIR=tmp)
+        env.pop("BATCHCHECK_ENGINE", None)
+        if engine:
+            env["BATCHCHECK_ENGINE"] = engine
         child = subprocess.Popen([sys.executable, "-c", CHILD, how, marker], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         if how.startswith("SIG"):
@@ -89,9 +93,10 @@ class TestNothingLeftBehind(unittest.TestCase):
         return child.returncode, out, err
 
     def test_each_signal_and_os_exit_leave_nothing(self):
-        for how in ("SIGTERM", "SIGHUP", "SIGINT", "exit"):
-            with self.subTest(how=how):
-                code, out, err = self.run_child(how)
+        # The engine in the scanning process (the step's default) and in a process of its own.
+        for engine, how in [(e, h) for e in (None, "process") for h in ("SIGTERM", "SIGHUP", "SIGINT", "exit")]:
+            with self.subTest(how=how, engine=engine):
+                code, out, err = self.run_child(how, engine=engine)
                 if how == "exit":
                     self.assertEqual(code, 7, err)
                 elif how == "SIGINT":
@@ -100,9 +105,9 @@ class TestNothingLeftBehind(unittest.TestCase):
                     self.assertEqual(code, -getattr(signal, how), err)
 
     def test_the_steps_keyboard_interrupt_and_system_exit_reach_the_caller(self):
-        for how, name in (("keyboard", "KeyboardInterrupt"), ("systemexit", "SystemExit")):
-            with self.subTest(how=how):
-                code, out, err = self.run_child(how)
+        for engine, (how, name) in [(e, c) for e in (None, "process") for c in (("keyboard", "KeyboardInterrupt"), ("systemexit", "SystemExit"))]:
+            with self.subTest(how=how, engine=engine):
+                code, out, err = self.run_child(how, engine=engine)
                 self.assertIn("RAISED %s" % name, out, err)
 
     def test_a_tmpdir_too_long_for_a_sockets_path(self):

@@ -43,6 +43,10 @@ struct ScanCommand {
   std::optional<std::string> log_file;     // --log-file: the diagnostics as JSON lines
   bool progress = false;
   bool handle_signals = true;  // SIGINT/SIGTERM stop after the current batch
+  // The engine runs inside the caller's process (batchcheck.scan()'s in-process engine,
+  // app/scan_inprocess.cpp), beside the user's own PyTorch: what is the process's, not the
+  // scan's, is left as it is (signal handlers, malloc's tuning, LibTorch's threads and print hook).
+  bool shared_process = false;
   std::optional<Shard> shard;  // --shard, resolved (from the launcher's environment)
   // --jobs: engine processes on this machine; unset = auto (one, split when measured to pay).
   std::optional<uint64_t> jobs;
