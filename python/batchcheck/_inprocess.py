@@ -72,9 +72,11 @@ def serves(cfg, args):
 
 class Engine:
     """The command run by the module on a thread of its own (ctypes drops the GIL for the call),
-    its stderr a pipe pumped as _stream._Engine pumps the process's; the same face. It starts at
-    wait(), once the stream is served: a config replaced before (relaunch) never ran. `unblock`
+    its stderr a pipe pumped as _stream._Engine pumps the process's; the same face. It starts once
+    the stream is served (start(), or wait()): a config replaced before (relaunch) never ran. `unblock`
     shuts the stream's connections: an engine waiting on them then ends."""
+
+    here = True
 
     def __init__(self, lib, argv, quiet, unblock):
         self.lib, self.argv, self.quiet, self.unblock = lib, [str(a) for a in argv], quiet, unblock
@@ -101,13 +103,19 @@ class Engine:
                 if not self.quiet:
                     sys.stderr.write(text)
 
-    def wait(self):
+    def start(self):
         if self.thread is None:
             err_r, err_w = os.pipe()
             self.pumping = threading.Thread(target=self._pump, args=(err_r,), daemon=True)
             self.pumping.start()
             self.thread = threading.Thread(target=self._run, args=(err_w,), daemon=True)
             self.thread.start()
+
+    def running(self):
+        return self.thread is not None and self.thread.is_alive()
+
+    def wait(self):
+        self.start()
         self.thread.join()
         self.pumping.join()
         return self.code, "".join(self.lines)

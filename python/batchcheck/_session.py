@@ -495,9 +495,13 @@ class Session:
 
     def report(self):
         """Serves the engine until it ends; its report."""
-        if self.server.forward is not None:  # their code runs here: its first batches while the engine starts
-            self.server.spawn(self.server.serve_ahead)
-        self.server.thread.start()
+        if self.engine.here:  # the engine in this process starts at once: served here, on this thread
+            self.engine.start()
+            self.server.serve_here(self.engine.running)
+        else:
+            if self.server.forward is not None:  # their code runs here: its first batches while the engine starts
+                self.server.spawn(self.server.serve_ahead)
+            self.server.thread.start()
         code, text = self.engine.wait()
         if self.server.error is not None and not isinstance(self.server.error, OSError):
             raise self.server.error

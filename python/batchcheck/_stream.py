@@ -33,6 +33,8 @@ def _same_user(conn):
 class _Engine:
     """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
 
+    here = False  # not in this process (_inprocess.Engine is)
+
     def __init__(self, cmd, quiet, janitor=None):
         from batchcheck._cli import engine_env
         # A session of its own, so that the janitor can end it by its group where this process ends
@@ -399,6 +401,38 @@ class _Server:
                     return
                 self.conns.add(conn)
             self.spawn(self._serve, conn)
+
+    def serve_here(self, running):
+        """The engine's connection accepted and served on this thread, for an engine in this
+        process (it connects once): the user's step then runs where their training runs it, on
+        the main thread, with its allocator arena (a thread's own arena maps a CNN's activations
+        afresh each batch: twice the page faults) and its OpenMP team. `running()`: whether the
+        engine still runs: a connection before its own (an engine process started on a guess of
+        the config, then stopped) is served to its end, and the next one accepted, until it ends."""
+        self.sock.settimeout(0.05)
+        try:
+            while not self.closing and running():
+                try:
+                    conn, _ = self.sock.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return
+                conn.settimeout(None)
+                if not _same_user(conn):
+                    conn.close()
+                    continue
+                with self.lock:
+                    if self.closing:
+                        conn.close()
+                        return
+                    self.conns.add(conn)
+                self._serve(conn)
+        finally:
+            try:
+                self.sock.settimeout(None)
+            except OSError:
+                pass
 
     def _serve(self, conn):
         credits = 0  # batches the engine asked to have pushed ahead of its requests

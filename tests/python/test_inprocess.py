@@ -8,7 +8,9 @@ its own honours, BATCHCHECK_ENGINE=process) runs the engine in its process as be
 Run by ctest with BATCHCHECK_BINARY (the built command) and python/ on PYTHONPATH.
 """
 import os
+import time
 import unittest
+import warnings
 from unittest import mock
 
 import torch
@@ -44,6 +46,24 @@ def findings(report):
     """The findings without their timing: id, severity, and each occurrence's batch and samples."""
     return sorted((f.id, f.severity, tuple((o.get("batch"), tuple(o.get("samples") or ())) for o in f.data.get("occurrences", [])))
                   for f in report.findings)
+
+
+class Unscriptable(nn.Module):
+    """Neither scripted (a lambda) nor traced (a string among its outputs): run eagerly. Its first
+    forward (the trace's) takes a second: the engine started on the guess has connected by then."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l = nn.Linear(6, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(1.0)
+        f = lambda t: self.l(t)  # noqa: E731
+        return f(x), "meta"
 
 
 class Engines:
@@ -151,6 +171,18 @@ class TestTheEngineInThisProcess(unittest.TestCase):
         with mock.patch.dict(os.environ, {"BATCHCHECK_ENGINE": "process"}):
             there = batchcheck.scan(model(), loader(bad_label_at=17), nn.CrossEntropyLoss(), eager=True, quiet=True)
         self.assertEqual(findings(report), findings(there))
+
+    def test_a_model_torchscript_cannot_take_after_an_engine_process_of_the_first_guess(self):
+        # The engine starts on a guess (TorchScript: a process), which the model then refutes: the
+        # engine here is served after that process's connection, however far it got.
+        for _ in range(2):
+            with Engines() as used, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                samples = list(zip(*loader(bad_label_at=17).dataset.tensors))  # a Dataset of theirs: streamed
+                report = batchcheck.scan(Unscriptable(), DataLoader(samples, batch_size=8), nn.CrossEntropyLoss(), quiet=True)
+            self.assertEqual(used.used, ["process", "here"])
+            self.assertEqual([(f.id, [(o["batch"], o["samples"]) for o in f.data["occurrences"]]) for f in report.errors()],
+                             [("target-out-of-range", [(2, [17])])], report.text)
 
 
 if __name__ == "__main__":
