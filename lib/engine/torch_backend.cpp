@@ -104,7 +104,9 @@ class TorchBackend : public Backend {
     static ModelWarnings warnings;
     compat::set_warning_handler(&warnings);  // this thread's own (c10 keeps it per thread)
     if (opt.shared_process) {
-      // The user's process: its intra-op threads are theirs (its step runs on them meanwhile).
+      // The user's process: its intra-op threads are theirs (its step runs on them meanwhile);
+      // this thread's own checks take one.
+      one_intraop_thread_here();
     } else if (opt.threads) {
       at::set_num_threads(static_cast<int>(*opt.threads));
     } else if (cfg.model.format == ModelFormat::Eager) {
@@ -219,7 +221,7 @@ class TorchBackend : public Backend {
   // two threads, 1.1 s with one; a convolution's steps keep every thread.
   void pace_threads() {
     constexpr int kSteps = 8;
-    if (cfg_.data.format != DataFormat::Stream || opt_.threads || paced_steps_ > kSteps + 1) return;
+    if (cfg_.data.format != DataFormat::Stream || opt_.threads || opt_.shared_process || paced_steps_ > kSteps + 1) return;
     const auto now = std::chrono::steady_clock::now();
     if (++paced_steps_ == 2) pace_start_ = now;
     if (paced_steps_ == kSteps + 2 && now - pace_start_ < kSteps * std::chrono::milliseconds(2)) at::set_num_threads(1);
@@ -234,7 +236,10 @@ class TorchBackend : public Backend {
     constexpr uint64_t kMinBytes = 256 * 1024;
     if (indices.size() * data_->sample_bytes() < kMinBytes) return;
     if (!worker_) worker_ = std::make_unique<Worker<StagedBatch>>();
-    pending_ = worker_->submit([this, indices] { return stage(indices); });
+    pending_ = worker_->submit([this, indices] {
+      if (opt_.shared_process) one_intraop_thread_here();
+      return stage(indices);
+    });
   }
 
   ValueStats check(Slot slot, const ValueRule& rule) override {

@@ -13,6 +13,9 @@
 #include "core/base/files.h"
 #include "core/base/text.h"
 
+// LibTorch's OpenMP runtime, where it has one (weak: a LibTorch built without OpenMP has none).
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+
 namespace batchcheck {
 
 std::string dtype_name(at::ScalarType t) {
@@ -107,5 +110,8 @@ void require_model_file(const std::string& path, const char* what) {
   if (probe.peek() == std::ifstream::traits_type::eof()) throw InputError(path, "", "the model file is empty");
 }
 
+void one_intraop_thread_here() {
+  if (omp_set_num_threads != nullptr) omp_set_num_threads(1);
+}
 
 }  // namespace batchcheck

@@ -35,6 +35,11 @@ std::optional<c10::IValue> batch_rows(const c10::IValue& v, const std::vector<ui
 // An exception's text without LibTorch's C++ backtrace.
 std::string exception_message(const std::exception& e);
 
+// This thread's intra-op work on one thread, without touching the process's setting: OpenMP
+// keeps a thread's own count (libgomp). For the engine inside the user's process, whose step
+// runs on the process's threads meanwhile: a second team of workers would spin beside theirs.
+void one_intraop_thread_here();
+
 // A failed forward or backward: the message, TorchScript's source location and traceback.
 template <class Result>
 void fill_error(Result& r, const std::exception& e) {

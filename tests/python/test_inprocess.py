@@ -130,8 +130,8 @@ class TestTheEngineInThisProcess(unittest.TestCase):
             return step(model, batch)
         try:
             torch.set_num_threads(2)
-            with Engines() as used:
-                report = batchcheck.scan(model(), loader(), step=counting, quiet=True)
+            with Engines() as used:  # 25 steps of a few rows: past where a process's engine paces its threads
+                report = batchcheck.scan(model(), loader(n=200), step=counting, quiet=True)
             self.assertEqual(used.used, ["here"])
             self.assertTrue(report.ok, report.text)
             self.assertEqual(seen, {2})
