@@ -172,6 +172,20 @@ class TestTheEngineInThisProcess(unittest.TestCase):
             there = batchcheck.scan(model(), loader(bad_label_at=17), nn.CrossEntropyLoss(), eager=True, quiet=True)
         self.assertEqual(findings(report), findings(there))
 
+    def test_a_loaders_worker_processes_beside_the_engine_thread(self):
+        # Workers fork when the loader's iterator starts, before the engine's thread does: the
+        # batches come back in the sampler's order, the bad label named where it is.
+        samples = list(zip(*loader(bad_label_at=17).dataset.tensors))
+        data = DataLoader(samples, batch_size=8, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(3))
+        with Engines() as used:
+            report = batchcheck.scan(model(), data, step=step, quiet=True)
+        self.assertEqual(used.used, ["here"])
+        # The epoch training runs next is the one scanned (the scan puts the generator back).
+        truth = [k for k, (x, y) in enumerate(data) if (y == 9).any()]
+        self.assertEqual(len(truth), 1)
+        self.assertEqual([(o["batch"], o["samples"]) for f in report.errors() for o in f.data["occurrences"]],
+                         [(truth[0], [17])], report.text)
+
     def test_a_model_torchscript_cannot_take_after_an_engine_process_of_the_first_guess(self):
         # The engine starts on a guess (TorchScript: a process), which the model then refutes: the
         # engine here is served after that process's connection, however far it got.
