@@ -107,6 +107,8 @@ class TorchBackend : public Backend {
       // The user's process: its intra-op threads are theirs (its step runs on them meanwhile);
       // this thread's own checks take one.
       one_intraop_thread_here();
+      log_debug("the engine runs in the scanning process; its checks on " + std::to_string(at::get_num_threads()) +
+                " intra-op thread of their own");
     } else if (opt.threads) {
       at::set_num_threads(static_cast<int>(*opt.threads));
     } else if (cfg.model.format == ModelFormat::Eager) {

@@ -1,5 +1,6 @@
 #include "engine/torch_util.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <cerrno>
@@ -111,6 +112,9 @@ void require_model_file(const std::string& path, const char* what) {
 }
 
 void one_intraop_thread_here() {
+  // LibTorch sets a thread's count once, on its first parallel op (lazy_init_num_threads, to the
+  // process's torch.set_num_threads): done now, so that it comes before this and not after.
+  (void)at::get_num_threads();
   if (omp_set_num_threads != nullptr) omp_set_num_threads(1);
 }
 

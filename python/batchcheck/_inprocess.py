@@ -53,19 +53,25 @@ def library(binary):
             lib.batchcheck_run_v1.restype = ctypes.c_int
             if _release(built) is None or _release(built) != _release(torch.__version__):
                 lib = None  # another torch: the engine runs against its own in a process
+            else:
+                # The engine itself, loaded now on this process's LibTorch: one it cannot bind
+                # (another build of the release) falls back to its process instead of failing.
+                ctypes.CDLL(os.path.join(os.path.dirname(path), "libbatchcheck_scan.so"))
         except (OSError, AttributeError):
             lib = None
     _LIB[path] = lib
     return lib
 
 
-def serves(cfg, args):
-    """Whether a scan of this engine config and these command flags may run in this process: its
-    model or step runs here (the engine runs no model of its own), on the CPU (a CUDA scan's
-    engine keeps its supervised process), with no flag only a process of its own honours."""
+def serves(cfg, device, args):
+    """Whether a scan of this engine config, scan()'s device= and these command flags may run in
+    this process: its model or step runs here (the engine runs no model of its own), on the CPU (a
+    CUDA scan's engine keeps its supervised process), with no flag only a process of its own
+    honours."""
     if os.environ.get("BATCHCHECK_ENGINE") == "process":
         return False
-    if cfg.get("model", {}).get("format") != "eager" or str(cfg.get("device", "cpu")) != "cpu":
+    if cfg.get("model", {}).get("format") != "eager" or str(device or "cpu") != "cpu" or \
+            str(cfg.get("device", "cpu")) != "cpu":
         return False
     return not any(a == f or a.startswith(f + "=") for a in args for f in _PROCESS_ONLY + ("--device",))
 
@@ -85,13 +91,18 @@ class Engine:
         self.thread = self.pumping = None
 
     def _run(self, err_w):
-        out = os.open(os.devnull, os.O_WRONLY)  # the report goes to its -o file
+        self.code = 3  # unless the command returns its own
         try:
-            args = [a.encode() for a in self.argv]
-            with _RUNNING:
-                self.code = self.lib.batchcheck_run_v1(len(args), (ctypes.c_char_p * len(args))(*args), out, err_w)
+            out = os.open(os.devnull, os.O_WRONLY)  # the report goes to its -o file
+            try:
+                args = [os.fsencode(a) for a in self.argv]
+                with _RUNNING:
+                    self.code = self.lib.batchcheck_run_v1(len(args), (ctypes.c_char_p * len(args))(*args), out, err_w)
+            finally:
+                os.close(out)
+        except Exception as e:  # noqa: BLE001 - said as the command's error would be
+            os.write(err_w, ("batchcheck: internal error: the in-process engine did not run: %s\n" % e).encode())
         finally:
-            os.close(out)
             os.close(err_w)
 
     def _pump(self, err_r):

@@ -256,7 +256,7 @@ class Session:
         split = whole or (self.random_access and cfg["model"].get("format") != "eager")
         self.server.exhausted = split and not whole  # nothing pushed: every batch is asked for
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
-        lib = _inprocess.library(binary()) if _inprocess.serves(cfg, self.o.args) else None
+        lib = _inprocess.library(binary()) if _inprocess.serves(cfg, self.o.device, self.o.args) else None
         if lib is not None:  # their model or step runs here: the engine too (_inprocess.py)
             self.engine = _inprocess.Engine(lib, ["scan", cfg_path] + tail, self.o.quiet, self.server.shut_connections)
         else:
@@ -549,6 +549,10 @@ class Session:
         return text + lines
 
     def close(self):
-        _each(lambda: self.engine is not None and self.engine.stop(), self.server.close,
+        # An engine in this process waits on the server: the server goes first (a connection of
+        # its not yet accepted is refused), an engine process is stopped first.
+        here = self.engine is not None and self.engine.here
+        _each(lambda: self.engine is not None and not here and self.engine.stop(), self.server.close,
+              lambda: here and self.engine.stop(),
               lambda: self.arrays is not None and self.arrays.close(),
               lambda: self.step_runner is not None and self.step_runner.close(), self.janitor.done)

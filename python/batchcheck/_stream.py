@@ -40,8 +40,7 @@ class _Engine:
         # A session of its own, so that the janitor can end it by its group where this process ends
         # without a word; its engine child dies with it (PR_SET_PDEATHSIG, supervise/engine_child).
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=engine_env(),
-                                     start_new_session=True,
-                                     preexec_fn=(lambda: os.nice(int(os.environ["BC_NICE"]))) if os.environ.get("BC_NICE") else None)
+                                     start_new_session=True)
         if janitor is not None:
             janitor.group(self.proc.pid)
         self.lines = []
@@ -416,7 +415,10 @@ class _Server:
                     conn, _ = self.sock.accept()
                 except socket.timeout:
                     continue
-                except OSError:
+                except OSError as e:  # no connection can be taken: the engine's own, waiting, is refused
+                    if self.error is None:
+                        self.error = e
+                    self.shut_listener()
                     return
                 conn.settimeout(None)
                 if not _same_user(conn):
@@ -571,6 +573,13 @@ class _Server:
         header.update(extra)
         return header, [t for _, t in tensors]
 
+    def shut_listener(self):
+        """No more connections: one waiting to be accepted is refused (its engine reads an end)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def shut_connections(self):
         """The engine's connections shut (an engine reading them ends), the server still open."""
         for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
@@ -583,10 +592,7 @@ class _Server:
         # Nothing of the loader runs after this: open connections are shut, and the lock waits
         # for a batch being served or pushed, before the iterator's hook and the RNGs go back.
         self.closing = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self.shut_listener()
         self.shut_connections()
         with self.lock:  # the batch being served or pushed is done
             pass

@@ -136,8 +136,23 @@ class TestTheEngineInThisProcess(unittest.TestCase):
             self.assertTrue(report.ok, report.text)
             self.assertEqual(seen, {2})
             self.assertEqual(torch.get_num_threads(), 2)
+            # The engine's own thread: one intra-op thread, set after LibTorch's own first setting
+            # of that thread (to the process's 2), which would otherwise come later and win.
+            with Engines() as used:
+                report = batchcheck.scan(model(), loader(), step=step, quiet=True, args=["-v"])
+            self.assertIn("the engine runs in the scanning process; its checks on 1 intra-op thread of their own", report.text)
+            self.assertEqual(torch.get_num_threads(), 2)
         finally:
             torch.set_num_threads(before)
+
+    def test_a_cuda_scan_keeps_its_engine_process(self):
+        eager = {"model": {"format": "eager"}}
+        self.assertTrue(_inprocess.serves(eager, None, []))
+        self.assertTrue(_inprocess.serves(eager, "cpu", []))
+        for device in ("cuda", "cuda:1"):
+            self.assertFalse(_inprocess.serves(eager, device, []), device)
+        self.assertFalse(_inprocess.serves(eager, None, ["--device", "cuda"]))
+        self.assertFalse(_inprocess.serves({"model": {"format": "torchscript"}}, None, []))
 
     def test_what_it_cannot_serve_runs_in_a_process(self):
         # A flag only a supervisor honours, the process asked for, a torch of another release.
