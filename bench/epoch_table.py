@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import warnings
+from unittest import mock
 
 import torch
 from torch import nn
@@ -49,24 +50,11 @@ def epoch(model, loader, step, dtype=None):
         opt.step()
 
 
-@contextlib.contextmanager
-def engine_in_a_process():
-    """The engine in a process of its own where it would run in this one (_inprocess.py): the
-    path of every scan before it, for the column beside it."""
-    old = os.environ.get("BATCHCHECK_ENGINE")
-    os.environ["BATCHCHECK_ENGINE"] = "process"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["BATCHCHECK_ENGINE"]
-        else:
-            os.environ["BATCHCHECK_ENGINE"] = old
-
-
 def in_a_process(fn):
+    """fn with the engine in a process of its own where it would run in this one (_inprocess.py):
+    the path of every scan before it, for the column beside it."""
     def run():
-        with engine_in_a_process():
+        with mock.patch.dict(os.environ, {"BATCHCHECK_ENGINE": "process"}):
             return fn()
     return run
 

@@ -12,13 +12,16 @@ import threading
 
 import torch
 
+from batchcheck._stream import pump_lines
+
 _LIB = {}  # path -> the loaded module, or None where it cannot serve this process
 # One in-process run at a time: the command's diagnostics are one destination per module.
 _RUNNING = threading.Lock()
 
 # The command's flags the in-process engine cannot honour: a log file its engine's lines would
-# miss, a batch timeout only a supervisor can enforce, threads and jobs that are the process's.
-_PROCESS_ONLY = ("--log-file", "--batch-timeout", "--threads", "--jobs", "--shard")
+# miss, a batch timeout only a supervisor can enforce, threads and jobs that are the process's,
+# a device (a CUDA scan's engine keeps its supervised process).
+_PROCESS_ONLY = ("--log-file", "--batch-timeout", "--threads", "--jobs", "--shard", "--device")
 
 
 def _release(version):
@@ -42,9 +45,9 @@ def library(binary):
     path = os.path.join(os.path.dirname(os.path.abspath(binary)), "libbatchcheck_inprocess.so")
     if path in _LIB:
         return _LIB[path]
+    engine = os.path.join(os.path.dirname(path), "libbatchcheck_scan.so")
     lib = None
-    if os.path.isfile(path) and os.path.isfile(os.path.join(os.path.dirname(path), "libbatchcheck_scan.so")) \
-            and _torch_mapped():
+    if os.path.isfile(path) and os.path.isfile(engine) and _torch_mapped():
         try:
             lib = ctypes.CDLL(path)
             lib.batchcheck_libtorch_version_v1.restype = ctypes.c_char_p
@@ -56,7 +59,7 @@ def library(binary):
             else:
                 # The engine itself, loaded now on this process's LibTorch: one it cannot bind
                 # (another build of the release) falls back to its process instead of failing.
-                ctypes.CDLL(os.path.join(os.path.dirname(path), "libbatchcheck_scan.so"))
+                ctypes.CDLL(engine)
         except (OSError, AttributeError):
             lib = None
     _LIB[path] = lib
@@ -70,22 +73,21 @@ def serves(cfg, device, args):
     honours."""
     if os.environ.get("BATCHCHECK_ENGINE") == "process":
         return False
-    if cfg.get("model", {}).get("format") != "eager" or str(device or "cpu") != "cpu" or \
-            str(cfg.get("device", "cpu")) != "cpu":
+    if cfg.get("model", {}).get("format") != "eager" or str(device or "cpu") != "cpu":
         return False
-    return not any(a == f or a.startswith(f + "=") for a in args for f in _PROCESS_ONLY + ("--device",))
+    return not any(a == f or a.startswith(f + "=") for a in args for f in _PROCESS_ONLY)
 
 
 class Engine:
     """The command run by the module on a thread of its own (ctypes drops the GIL for the call),
     its stderr a pipe pumped as _stream._Engine pumps the process's; the same face. It starts once
-    the stream is served (start(), or wait()): a config replaced before (relaunch) never ran. `unblock`
-    shuts the stream's connections: an engine waiting on them then ends."""
+    the stream is served (start(), or wait()): a config replaced before (relaunch) never ran. It
+    waits on the stream's server, which the session closes before stopping it (it then ends)."""
 
     here = True
 
-    def __init__(self, lib, argv, quiet, unblock):
-        self.lib, self.argv, self.quiet, self.unblock = lib, [str(a) for a in argv], quiet, unblock
+    def __init__(self, lib, argv, quiet):
+        self.lib, self.argv, self.quiet = lib, [str(a) for a in argv], quiet
         self.lines = []
         self.code = None
         self.thread = self.pumping = None
@@ -106,13 +108,8 @@ class Engine:
             os.close(err_w)
 
     def _pump(self, err_r):
-        import sys
         with os.fdopen(err_r, "rb") as f:
-            for line in iter(f.readline, b""):
-                text = line.decode("utf-8", "replace")
-                self.lines.append(text)
-                if not self.quiet:
-                    sys.stderr.write(text)
+            pump_lines(f, self.lines, self.quiet)
 
     def start(self):
         if self.thread is None:
@@ -132,9 +129,9 @@ class Engine:
         return self.code, "".join(self.lines)
 
     def stop(self):
-        """Ends it where it runs (the scan failed, or was interrupted, before it ended)."""
+        """Ends it where it runs (the scan failed, or was interrupted, before it ended): the server
+        is closed already, so its reads end."""
         if self.thread is not None and self.thread.is_alive():
-            self.unblock()
             self.thread.join(timeout=30)
         if self.pumping is not None:
             self.pumping.join(timeout=5)

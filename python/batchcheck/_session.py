@@ -258,7 +258,7 @@ class Session:
         tail = self.cmd_tail if split else _without_jobs(self.cmd_tail) + ["--jobs", "1"]
         lib = _inprocess.library(binary()) if _inprocess.serves(cfg, self.o.device, self.o.args) else None
         if lib is not None:  # their model or step runs here: the engine too (_inprocess.py)
-            self.engine = _inprocess.Engine(lib, ["scan", cfg_path] + tail, self.o.quiet, self.server.shut_connections)
+            self.engine = _inprocess.Engine(lib, ["scan", cfg_path] + tail, self.o.quiet)
         else:
             self.engine = _Engine([binary(), "scan", cfg_path] + tail, self.o.quiet, self.janitor)
         self.launched = json.loads(json.dumps(cfg))  # as written: later edits of self.config are not in it

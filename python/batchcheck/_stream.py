@@ -30,6 +30,15 @@ def _same_user(conn):
         return True
 
 
+def pump_lines(f, lines, quiet):
+    """The engine's stderr, line by line until its end: kept in `lines`, and ours unless quiet."""
+    for line in iter(f.readline, b""):
+        text = line.decode("utf-8", "replace")
+        lines.append(text)
+        if not quiet:
+            sys.stderr.write(text)
+
+
 class _Engine:
     """The command's process, its stderr pumped (to ours unless quiet) and kept for the report."""
 
@@ -49,11 +58,7 @@ class _Engine:
         self.pumping.start()
 
     def _pump(self):
-        for line in iter(self.proc.stderr.readline, b""):
-            text = line.decode("utf-8", "replace")
-            self.lines.append(text)
-            if not self.quiet:
-                sys.stderr.write(text)
+        pump_lines(self.proc.stderr, self.lines, self.quiet)
 
     def wait(self):
         self.proc.stdout.read()
@@ -391,15 +396,21 @@ class _Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            if not _same_user(conn):
-                conn.close()
-                continue
+            if self._admit(conn):
+                self.spawn(self._serve, conn)
+            elif self.closing:
+                return
+
+    def _admit(self, conn):
+        """Whether an accepted connection is served: its peer is this user's and the server is
+        not closing (it is then kept, to be shut on close); else it is closed."""
+        if _same_user(conn):
             with self.lock:
-                if self.closing:
-                    conn.close()
-                    return
-                self.conns.add(conn)
-            self.spawn(self._serve, conn)
+                if not self.closing:
+                    self.conns.add(conn)
+                    return True
+        conn.close()
+        return False
 
     def serve_here(self, running):
         """The engine's connection accepted and served on this thread, for an engine in this
@@ -421,15 +432,8 @@ class _Server:
                     self.shut_listener()
                     return
                 conn.settimeout(None)
-                if not _same_user(conn):
-                    conn.close()
-                    continue
-                with self.lock:
-                    if self.closing:
-                        conn.close()
-                        return
-                    self.conns.add(conn)
-                self._serve(conn)
+                if self._admit(conn):
+                    self._serve(conn)
         finally:
             try:
                 self.sock.settimeout(None)
@@ -580,20 +584,16 @@ class _Server:
         except OSError:
             pass
 
-    def shut_connections(self):
-        """The engine's connections shut (an engine reading them ends), the server still open."""
-        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def close(self):
         # Nothing of the loader runs after this: open connections are shut, and the lock waits
         # for a batch being served or pushed, before the iterator's hook and the RNGs go back.
         self.closing = True
         self.shut_listener()
-        self.shut_connections()
+        for conn in list(self.conns):  # a copy made under the GIL; shut without the lock a push may hold
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         with self.lock:  # the batch being served or pushed is done
             pass
         for t in [self.thread] + self.workers:
