@@ -150,7 +150,7 @@ class OpChecks(TorchFunctionMode):
         self.fields = list(fields)  # the batch's tensors: what an op's argument may be made of (_rows)
         self.maps = list(maps)  # (field, its rows' samples) where the batch's index structure proves them
         self.faults = []
-        self.stack = []  # (module name, type) of the forwards running
+        self.stack = []  # (module name, type, id) of the forwards running
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -395,13 +395,24 @@ class _ModuleStack:
     def __enter__(self):
         from torch.nn.modules import module as m
 
+        stack = self.checks.stack
+
         def pre(mod, args):
-            self.checks.stack.append((self.names.get(id(mod), ""), type(mod).__name__))
+            stack.append((self.names.get(id(mod), ""), type(mod).__name__, id(mod)))
 
         def post(mod, args, out):
-            if self.checks.stack:
-                self.checks.stack.pop()
-        self.handles = [m.register_module_forward_pre_hook(pre), m.register_module_forward_hook(post, always_call=True)]
+            # Down to this module's own entry: a module inside it whose forward raised, caught in
+            # this one's, left its entry (torch before 2.1 has no always_call to pop it).
+            key = id(mod)
+            if any(e[2] == key for e in stack):
+                while stack and stack.pop()[2] != key:
+                    pass
+        post_hook = m.register_module_forward_hook
+        try:
+            after = post_hook(post, always_call=True)
+        except TypeError:  # torch 2.0 and older
+            after = post_hook(post)
+        self.handles = [m.register_module_forward_pre_hook(pre), after]
         return self
 
     def __exit__(self, *exc):

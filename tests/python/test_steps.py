@@ -737,5 +737,70 @@ class TestOpContracts(unittest.TestCase):
                                    step), {})
 
 
+class Fragile(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("not on this input")
+
+
+class FallbackBody(nn.Module):  # a forward that catches its submodule's error and goes on
+    def __init__(self):
+        super().__init__()
+        self.fragile, self.head = Fragile(), nn.Linear(6, 4)
+
+    def forward(self, x):
+        try:
+            x = self.fragile(x)
+        except RuntimeError:
+            pass
+        return self.head(x)
+
+
+class WithBody(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = FallbackBody()
+
+
+def torch_2_0_hooks():
+    """torch 2.0's register_module_forward_hook, the package's oldest torch: no always_call (2.1)."""
+    from unittest import mock
+    from torch.nn.modules import module as m
+    real = m.register_module_forward_hook
+
+    def register(hook, **kwargs):
+        if kwargs:
+            raise TypeError("register_module_forward_hook() got an unexpected keyword argument %r" % next(iter(kwargs)))
+        return real(hook)
+    return mock.patch.object(m, "register_module_forward_hook", register)
+
+
+class TestOldestTorch(unittest.TestCase):
+    """torch 2.0 (pyproject's torch>=2.0) has no always_call for the global forward hook, which
+    batchcheck's module stack used: every step scan raised TypeError there."""
+
+    def test_a_step_scans_with_torch_2_0s_forward_hook(self):
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(32, 6, generator=g), torch.randint(0, 4, (32,), generator=g))
+        ds.tensors[1][21] = 4  # 4 classes
+
+        def step(model, batch):
+            x, y = batch
+            return F.cross_entropy(model.body(x), y)
+        with torch_2_0_hooks():
+            report = batchcheck.scan(WithBody(), DataLoader(ds, batch_size=8), step=step, quiet=True)
+        self.assertEqual(errors(report), {"target-out-of-range": [(2, [21])]}, report.text)
+
+    def test_a_caught_submodule_error_leaves_no_module_named_once_its_caller_returned(self):
+        # Without always_call a forward that raises gets no post hook: the module that caught it
+        # pops down to its own entry when it returns.
+        from types import SimpleNamespace
+        from batchcheck import _eager
+        model, checks, seen = WithBody(), SimpleNamespace(stack=[]), []
+        with torch_2_0_hooks(), _eager._ModuleStack(checks, model):
+            model.body(torch.rand(2, 6))
+            seen.append([name for name, _, _ in checks.stack])
+        self.assertEqual(seen, [[]])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, argv=[sys.argv[0]] + sys.argv[1:])
