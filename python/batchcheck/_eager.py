@@ -515,8 +515,8 @@ def _finite(t):
 
 
 def _floating_leaves(x):
-    from torch.utils._pytree import tree_leaves
-    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    from torch.utils._pytree import tree_flatten  # tree_leaves is newer than torch 2.0
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
 # Ops whose output holds whatever the memory held (dropout's mask before bernoulli_ fills it): a

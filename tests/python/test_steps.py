@@ -790,6 +790,33 @@ class TestOldestTorch(unittest.TestCase):
             report = batchcheck.scan(WithBody(), DataLoader(ds, batch_size=8), step=step, quiet=True)
         self.assertEqual(errors(report), {"target-out-of-range": [(2, [21])]}, report.text)
 
+    def test_a_half_precision_step_and_a_nans_origin_without_tree_leaves(self):
+        # torch.utils._pytree.tree_leaves is newer than torch 2.0: the half watch and the NaN's
+        # origin read an op's tensors without it, and find what they find with it.
+        import torch.utils._pytree as pytree
+        g = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.rand(48, 6, generator=g), torch.randint(0, 4, (48,), generator=g))
+        ds.tensors[0][29, 2] = -1.0  # sqrt of it: a NaN born in the step
+
+        def step(model, batch):
+            x, y = batch
+            return F.cross_entropy(model(torch.sqrt(x)), y)
+        found = []
+        for hide in (False, True):
+            saved = pytree.__dict__.pop("tree_leaves") if hide else None
+            try:
+                for precision in (None, "bf16"):
+                    torch.manual_seed(0)
+                    r = batchcheck.scan(nn.Linear(6, 4), DataLoader(ds, batch_size=16), step=step, precision=precision,
+                                        quiet=True)
+                    found.append((errors(r), [f.message for f in r.errors()]))
+            finally:
+                if hide:
+                    pytree.tree_leaves = saved
+        self.assertEqual([(k, [b for b, _ in v]) for k, v in found[0][0].items()], [("loss-nonfinite", [1])], found[0])
+        self.assertIn("aten::sqrt", found[0][1][0])
+        self.assertEqual(found[:2], found[2:])
+
     def test_a_caught_submodule_error_leaves_no_module_named_once_its_caller_returned(self):
         # Without always_call a forward that raises gets no post hook: the module that caught it
         # pops down to its own entry when it returns.
