@@ -4,7 +4,8 @@
       step) on the same DataLoader, in this process, alternated, medians: scan(model, loader,
       loss), scan(step=) and scan(eager=True) (forward and loss only) on an MLP, a small CNN with a
       per-sample Dataset and a transformer block (bench/step_vs_epoch.py's workloads);
-  (2) the transformer and the CNN under precision="bf16" against the user's bf16 autocast epoch;
+  (2) the transformer and the CNN under precision="bf16" and "fp16" against the user's autocast
+      epoch in that dtype (the CNN's fp16 rows on 1,024 samples: CPU float16 convolutions are slow);
   (3) the fixed cost: a scan of a loader of one batch (MLP, CNN);
   (4) with --build DIR (a tree configured with -DBATCHCHECK_BUILD_BENCHMARKS=ON): the command
       against the bare LibTorch loop (forward, loss, backward) on the tabular and segmentation
@@ -87,18 +88,22 @@ def python_table(runs):
                      "eager": lambda: batchcheck.scan(model, loader, ce, eager=True, quiet=True)}, runs)
         e = m["epoch"]
         print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in cols), flush=True)
-    print("\n(2) precision=\"bf16\" against the user's bf16 autocast epoch")
-    print("%-12s %8s %18s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)", "step=, in a process"))
-    for name in ("transformer", "cnn"):
-        torch.manual_seed(0)
-        model, loader, step = W.CASES[name]()
-        step_scan = lambda: batchcheck.scan(model, loader, step=step, precision="bf16", quiet=True)  # noqa: E731
-        m = medians({"epoch": lambda: epoch(model, loader, step, torch.bfloat16),
-                     "loss": lambda: batchcheck.scan(model, loader, ce, precision="bf16", quiet=True),
-                     "step": step_scan, "step-p": in_a_process(step_scan)}, runs)
-        e = m["epoch"]
-        print("%-12s %7.2fs" % (name, e) + "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in ("loss", "step", "step-p")),
-              flush=True)
+    print("\n(2) precision= against the user's autocast epoch in that dtype (CPU float16 convolutions are slow in "
+          "PyTorch itself: the CNN's fp16 rows run on its first 1,024 samples)")
+    print("%-18s %8s %18s %18s %18s" % ("workload", "epoch", "scan(m, ld, loss)", "scan(step=)", "step=, in a process"))
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        for name in ("transformer", "cnn"):
+            torch.manual_seed(0)
+            model, loader, step = W.CASES[name]()
+            if dtype == torch.float16 and name == "cnn":
+                loader = DataLoader(Subset(loader.dataset, range(1024)), batch_size=loader.batch_size)
+            step_scan = lambda: batchcheck.scan(model, loader, step=step, precision=precision, quiet=True)  # noqa: E731
+            m = medians({"epoch": lambda: epoch(model, loader, step, dtype),
+                         "loss": lambda: batchcheck.scan(model, loader, ce, precision=precision, quiet=True),
+                         "step": step_scan, "step-p": in_a_process(step_scan)}, runs)
+            e = m["epoch"]
+            print("%-18s %7.2fs" % ("%s %s" % (name, precision), e) +
+                  "".join(" %10.2fs %5.2fx" % (m[k], m[k] / e) for k in ("loss", "step", "step-p")), flush=True)
     print("\n(3) the fixed cost: a scan of one batch (start-up, model, the batch, the report)")
     for name in ("mlp", "cnn"):
         torch.manual_seed(0)
