@@ -596,13 +596,24 @@ def _largest(t):
         return float(t.abs().amax())
 
 
-# Ops whose output holds only values of their first argument besides the views (a copy of it).
+# Ops whose output holds only values of their first argument, besides the views: copies of it.
 _SAME_VALUES = frozenset({"clone", "detach", "_unsafe_view", "alias", "lift_fresh", "_to_copy"})
 
 
-def _whole(t):
-    """Whether t covers all of its storage (not a slice written in place)."""
-    return t.storage_offset() == 0 and t.is_contiguous() and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+def _storage(t):
+    """t's storage, or None for a tensor without one (a subclass, a meta tensor)."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _whole_storage(t):
+    """The address of t's storage where t covers all of it (not a slice written in place)."""
+    st = _storage(t)
+    if st is None or t.storage_offset() != 0 or not t.is_contiguous() or t.numel() * t.element_size() != st.nbytes():
+        return None
+    return st.data_ptr()
 
 
 def _repeats(func, schema, args, measured):
@@ -614,10 +625,8 @@ def _repeats(func, schema, args, measured):
     name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
     if name not in _SAME_VALUES and not any(r.alias_info is not None for r in schema.returns):
         return None
-    try:
-        return src.dtype if src.untyped_storage().data_ptr() in measured else None
-    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass, a meta tensor)
-        return None
+    st = _storage(src)
+    return src.dtype if st is not None and st.data_ptr() in measured else None
 
 
 class HalfWatch(TorchDispatchMode):
@@ -658,8 +667,9 @@ class HalfWatch(TorchDispatchMode):
                 continue  # its values are its argument's, measured already (41% of a transformer's)
             self.dtype = self.dtype or _HALF_NAMES[t.dtype]
             m = _largest(t.detach())
-            if _whole(t):
-                self.measured.add(t.untyped_storage().data_ptr())
+            whole = _whole_storage(t)
+            if whole is not None:
+                self.measured.add(whole)
             if math.isfinite(m):
                 if m > self.peak:
                     self.peak = m
